@@ -1,0 +1,182 @@
+"""The embedding provider interface.
+
+Subclasses implement one method, ``embed_batch``: embed a list of texts that already fit the provider's
+limits and return one vector per text. Everything else lives here once: text sanitising, truncation to
+``max_input_tokens`` with the provider's own token counter, batching by count and by tokens, retries with
+exponential backoff and jitter on ``TransientProviderError`` (honouring ``retry_after``), result
+validation (count, dimension, finite values) and L2 normalisation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mdmemory.errors import ProviderError, TransientProviderError
+from mdmemory.tokens import estimate_tokens, truncate_to_tokens
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried: at most ``max_retries`` retries within ``max_total_seconds``."""
+
+    max_retries: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 20.0
+    max_total_seconds: float = 120.0
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (1-based): full-jitter backoff or Retry-After."""
+        if retry_after is not None and retry_after >= 0:
+            return min(retry_after, self.max_delay)
+        cap = min(self.max_delay, self.base_delay * (2 ** (attempt - 1)))
+        return random.uniform(cap / 2, cap)
+
+
+def sanitize_text(text: str) -> str:
+    """Make any Python string safe to send: lone surrogates replaced, NUL removed."""
+    if not isinstance(text, str):
+        text = str(text)
+    text = text.encode("utf-8", errors="replace").decode("utf-8")
+    return text.replace("\x00", " ")
+
+
+class EmbeddingProvider(ABC):
+    """Base class of every embedding provider.
+
+    Class attributes a subclass sets (or overrides as properties):
+
+    - ``id``: provider name as in config (``"local"``, ``"openai"``, ``"hash"``).
+    - ``model``: model name or path identity.
+    - ``dims``: vector dimension; may be ``None`` until the model is loaded or first called.
+    - ``max_input_tokens``: longest input the model accepts; longer inputs are truncated, never rejected.
+    - ``max_batch_size``: most inputs per ``embed_batch`` call.
+    - ``max_batch_tokens``: most total tokens per ``embed_batch`` call (``None``: no limit).
+    """
+
+    id: str = "base"
+    model: str = ""
+    dims: int | None = None
+    max_input_tokens: int = 8192
+    max_batch_size: int = 64
+    max_batch_tokens: int | None = None
+    retry: RetryPolicy = RetryPolicy()
+    sleep: Callable[[float], None] = staticmethod(time.sleep)
+
+    # -- the one method a provider implements -------------------------------------------------------
+    @abstractmethod
+    def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+        """Embed ``texts`` (already sanitised, truncated and within batch limits): one vector each.
+
+        Raise ``TransientProviderError`` for failures worth retrying, ``ProviderError`` otherwise.
+        """
+
+    # -- hooks with sensible defaults ---------------------------------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens ``text`` costs for this model. Providers with a real tokenizer override this."""
+        return estimate_tokens(text)
+
+    def truncate(self, text: str) -> str:
+        """Cut ``text`` to at most ``max_input_tokens`` tokens."""
+        return truncate_to_tokens(text, self.max_input_tokens, self.count_tokens)
+
+    def prepare_document(self, text: str) -> str:
+        """Text as sent for a document (a provider may add a prefix such as ``"search_document: "``)."""
+        return text
+
+    def prepare_query(self, text: str) -> str:
+        """Text as sent for a query (a provider may add a prefix such as ``"search_query: "``)."""
+        return text
+
+    def identity(self) -> dict[str, object]:
+        """Non-secret settings that change the vectors (base URL, dimensions, prefixes...)."""
+        return {}
+
+    @property
+    def provider_key(self) -> str:
+        """Stable hash of provider, model and ``identity()``; never includes secrets."""
+        blob = json.dumps({"provider": self.id, "model": self.model, **self.identity()}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+    def close(self) -> None:
+        """Release the model or client. Safe to call twice."""
+
+    # -- the shared pipeline ------------------------------------------------------------------------
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed documents: returns a float32 array of shape (len(texts), dims), rows L2-normalised."""
+        return self._embed_all([self.prepare_document(sanitize_text(t)) for t in texts])
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Embed one query: a float32 vector of length ``dims``, L2-normalised."""
+        return self._embed_all([self.prepare_query(sanitize_text(text))])[0]
+
+    def _embed_all(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dims or 0), dtype=np.float32)
+        prepared = [self.truncate(t) for t in texts]
+        out: list[np.ndarray] = []
+        for batch in self._batches(prepared):
+            out.append(self._call_with_retry(batch))
+        return np.concatenate(out, axis=0)
+
+    def _batches(self, texts: list[str]) -> list[list[str]]:
+        batches: list[list[str]] = []
+        current: list[str] = []
+        current_tokens = 0
+        for text in texts:
+            tokens = self.count_tokens(text) if self.max_batch_tokens else 0
+            too_many = len(current) >= self.max_batch_size
+            too_long = self.max_batch_tokens is not None and current_tokens + tokens > self.max_batch_tokens
+            if current and (too_many or too_long):
+                batches.append(current)
+                current, current_tokens = [], 0
+            current.append(text)
+            current_tokens += tokens
+        if current:
+            batches.append(current)
+        return batches
+
+    def _call_with_retry(self, batch: list[str]) -> np.ndarray:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                vectors = self.embed_batch(batch)
+                return self._validate(batch, vectors)
+            except TransientProviderError as exc:
+                attempt += 1
+                wait = self.retry.delay(attempt, exc.retry_after)
+                elapsed = time.monotonic() - started
+                if attempt > self.retry.max_retries or elapsed + wait > self.retry.max_total_seconds:
+                    raise ProviderError(
+                        f"{self.id} embeddings failed after {attempt} attempt(s) in {elapsed:.1f}s: {exc}"
+                    ) from exc
+                self.sleep(wait)
+
+    def _validate(self, batch: list[str], vectors: Sequence[Sequence[float]]) -> np.ndarray:
+        try:
+            arr = np.asarray(vectors, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise ProviderError(f"{self.id} returned vectors that are not a numeric matrix: {exc}") from exc
+        if arr.ndim != 2 or arr.shape[0] != len(batch):
+            got = arr.shape[0] if arr.ndim >= 1 else 0
+            raise ProviderError(f"{self.id} returned {got} vector(s) for {len(batch)} input(s)")
+        if self.dims is None:
+            self.dims = int(arr.shape[1])
+        elif arr.shape[1] != self.dims:
+            raise ProviderError(
+                f"{self.id} model {self.model!r} returned {arr.shape[1]}-dim vectors, expected {self.dims}; "
+                "check the model name and the 'dimensions' setting"
+            )
+        if not np.all(np.isfinite(arr)):
+            raise ProviderError(f"{self.id} returned vectors with NaN or infinite values")
+        norms = np.linalg.norm(arr, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        return (arr / norms).astype(np.float32)
