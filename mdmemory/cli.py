@@ -1,0 +1,180 @@
+"""Command line: ``mdmemory index|search|get|status``. The only module that prints or sets exit codes.
+
+Exit codes: 0 ok, 2 usage or configuration error, 1 runtime error. Every command takes ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mdmemory import __version__  # noqa: I001
+from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.memory import Memory
+
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2 on usage errors; keep that, add a hint
+        self.print_usage(sys.stderr)
+        print(f"mdmemory: error: {message} (see `mdmemory --help`)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
+    common.add_argument("--agent", help="agent id from agents.list (default: the default agent)")
+    common.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = _Parser(prog="mdmemory", description="Durable Markdown memory for AI agents.")
+    parser.add_argument("--version", action="version", version=f"mdmemory {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
+    p.add_argument("--force", action="store_true", help="rebuild the whole index")
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", parents=[common], help="search memory (memory_search)")
+    p.add_argument("query")
+    p.add_argument("--max-results", type=int, default=None, metavar="N")
+    p.add_argument("--min-score", type=float, default=None, metavar="X")
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("get", parents=[common], help="read a memory file or some of its lines (memory_get)")
+    p.add_argument("path")
+    p.add_argument("--from", dest="from_line", type=int, default=None, metavar="N", help="first line, 1-based")
+    p.add_argument("--lines", type=int, default=None, metavar="N", help="how many lines")
+    p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser("status", parents=[common], help="show index state, staleness and warnings")
+    p.set_defaults(func=cmd_status)
+    return parser
+
+
+# -- commands ------------------------------------------------------------------------------------------
+def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    bar = None
+    progress = None
+    if not args.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit="file", file=sys.stderr, leave=False)
+
+        def progress(done: int, total: int, path: str) -> None:
+            bar.total = total
+            bar.set_postfix_str(path[-40:], refresh=False)
+            bar.update(done - bar.n)
+
+    try:
+        report = mem.sync(force=args.force, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    return report, _format_index
+
+
+def _format_index(r: dict[str, Any]) -> str:
+    lines = [
+        f"{r['files']} files ({r['indexed']} indexed, {r['unchanged']} unchanged, {r['removed']} removed), "
+        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['from_cache']} from cache, "
+        f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
+    ]
+    lines += [f"skipped {s['path']}: {s['reason']}" for s in r["skipped"]]
+    lines += [f"error {e['path']}: {e['error']}" for e in r["errors"]]
+    return "\n".join(lines)
+
+
+def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    if args.max_results is not None and args.max_results < 1:
+        raise ConfigError("--max-results must be at least 1")
+    if args.min_score is not None and not 0 <= args.min_score <= 1:
+        raise ConfigError("--min-score must be between 0 and 1")
+    return mem.search(args.query, max_results=args.max_results, min_score=args.min_score), _format_search
+
+
+def _format_search(r: dict[str, Any]) -> str:
+    head = f"{len(r['results'])} result(s) · {r['mode']} · provider {r['provider']}"
+    if r.get("model"):
+        head += f" ({r['model']})"
+    out = [head]
+    for i, hit in enumerate(r["results"], start=1):
+        out.append(f"\n{i}. {hit['path']}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
+        out.extend("   " + line for line in hit["snippet"].splitlines())
+    for note in r.get("warnings", []):
+        out.append(f"\nnote: {note}")
+    if r.get("fallback"):
+        out.append(f"note: fell back from {r['fallback']['from']}: {r['fallback']['reason']}")
+    return "\n".join(out)
+
+
+def cmd_get(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    return mem.get(args.path, from_line=args.from_line, lines=args.lines), lambda r: r["text"]
+
+
+def cmd_status(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    return mem.status(), _format_status
+
+
+def _format_status(s: dict[str, Any]) -> str:
+    lines = [
+        f"agent       {s['agent']}",
+        f"workspace   {s['workspace']}",
+        f"store       {s['store']}",
+        f"provider    {s['provider']}" + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
+        + f" · {s['mode']} search",
+        f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors",
+        f"last sync   {s['lastSync'] or 'never'}"
+        + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
+        f"stale       {len(s['staleFiles'])} file(s)",
+    ]
+    lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
+    if s.get("fallback"):
+        lines.append(f"fallback    from {s['fallback']['from']}: {s['fallback']['reason']}")
+    lines += [f"warning     {w}" for w in s["warnings"]]
+    return "\n".join(lines)
+
+
+# -- entry point ---------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    as_json = getattr(args, "json", False)
+    try:
+        mem = Memory.open(agent=args.agent, config_path=args.config)
+        try:
+            result, fmt = args.func(args, mem)
+        finally:
+            mem.close()
+    except ConfigError as exc:
+        return _fail(exc, EXIT_USAGE, as_json)
+    except MdMemoryError as exc:
+        return _fail(exc, EXIT_RUNTIME, as_json)
+    except KeyboardInterrupt:
+        return _fail(MdMemoryError("interrupted"), EXIT_RUNTIME, as_json)
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    elif result.get("error"):
+        print(f"mdmemory: error: {result['error']}", file=sys.stderr)
+    else:
+        print(fmt(result))
+    return EXIT_RUNTIME if result.get("error") else EXIT_OK
+
+
+def _fail(exc: BaseException, code: int, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"error": str(exc)}, ensure_ascii=False))
+    print(f"mdmemory: error: {exc}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Sync: read memory files, chunk, diff by hash, embed what is new, write each file in one transaction."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from filelock import FileLock, Timeout
+
+from mdmemory.chunker import Chunk, chunk_markdown
+from mdmemory.config import MemorySearchConfig
+from mdmemory.errors import LockError, ProviderError
+from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.store import ChunkRow, FileRow, Store
+from mdmemory.workspace import MemoryFile, Workspace, read_text
+
+SCHEMA_IDENTITY = 1
+CHUNKER_VERSION = 1
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class SyncReport:
+    """What one sync did. ``files`` counts memory files found on disk."""
+
+    files: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    from_cache: int = 0
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    rebuilt: bool = False
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def embedding_input(chunk: Chunk | ChunkRow) -> str:
+    """The text sent to the embedding model: the heading path, then the chunk text."""
+    first = chunk.text.lstrip().split("\n", 1)[0]
+    if chunk.heading and not first.startswith("#"):
+        return f"{chunk.heading}\n{chunk.text}"
+    return chunk.text
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class Indexer:
+    """Keeps one agent's Store equal to its workspace's memory files."""
+
+    def __init__(
+        self,
+        store: Store,
+        workspace: Workspace,
+        settings: MemorySearchConfig,
+        provider: EmbeddingProvider | None,
+    ) -> None:
+        self.store = store
+        self.workspace = workspace
+        self.settings = settings
+        self.provider = provider
+        self.lock_path = Path(f"{store.path}.lock")
+
+    # -- identity ----------------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """What the stored vectors and chunks depend on; a change means a full rebuild."""
+        p = self.provider
+        return {
+            "schema": SCHEMA_IDENTITY,
+            "chunker": CHUNKER_VERSION,
+            "provider": p.id if p else "none",
+            "model": p.model if p else None,
+            "providerKey": p.provider_key if p else None,
+            "dims": p.dims if p else None,
+            "chunkTokens": self.settings.chunking.tokens,
+            "chunkOverlap": self.settings.chunking.overlap,
+        }
+
+    def identity_matches(self) -> bool:
+        stored = self.store.get_meta("identity")
+        if stored is None:
+            return False
+        current = self.identity()
+        if current["dims"] is None:  # a remote model's dimension is learnt from its first answer
+            stored = {**stored, "dims": None}
+        return bool(stored == current)
+
+    # -- sync --------------------------------------------------------------------------------------
+    def sync(self, *, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
+        """Bring the index up to date. Holds the writer lock beside the database for the duration."""
+        lock = FileLock(str(self.lock_path))
+        try:
+            lock.acquire(timeout=wait)
+        except Timeout as exc:
+            raise LockError(
+                f"another mdmemory process is writing {self.store.path} (lock {self.lock_path}); "
+                "wait for it to finish or stop it"
+            ) from exc
+        try:
+            return self._sync_locked(force=force, progress=progress)
+        finally:
+            lock.release()
+
+    def _sync_locked(self, *, force: bool, progress: Progress | None) -> SyncReport:
+        started = time.monotonic()
+        report = SyncReport()
+        if force or not self.identity_matches():
+            report.rebuilt = self.store.get_meta("identity") is not None or force
+            self.store.clear()
+        indexed = self.store.files()
+        on_disk = self.workspace.discover()
+        report.files = len(on_disk)
+        limit = self.settings.max_file_bytes
+        for n, mf in enumerate(on_disk, start=1):
+            if progress:
+                progress(n, len(on_disk), mf.rel)
+            try:
+                self._sync_file(mf, indexed.get(mf.rel), limit, report)
+            except ProviderError:
+                raise
+            except (OSError, ValueError, UnicodeError) as exc:
+                report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
+        present = {mf.rel for mf in on_disk}
+        skipped = {s["path"] for s in report.skipped}
+        for path in indexed:
+            if path not in present or path in skipped:
+                self.store.delete_file(path)
+                report.removed += 1
+        if self.settings.cache.enabled:
+            self.store.cache_prune(self.settings.cache.max_entries)
+        identity = self.identity()
+        if identity["dims"] is None and self.store.vec_dims() is not None:
+            identity["dims"] = self.store.vec_dims()
+        self.store.set_meta("identity", identity)
+        report.seconds = round(time.monotonic() - started, 3)
+        self.store.set_meta("lastSync", {"at": time.time(), "report": report.to_dict()})
+        return report
+
+    def _sync_file(self, mf: MemoryFile, row: FileRow | None, limit: int, report: SyncReport) -> None:
+        st = os.lstat(mf.abs)
+        if st.st_size > limit:
+            report.skipped.append(
+                {"path": mf.rel, "reason": f"{st.st_size} bytes is over maxFileBytes ({limit}); raise "
+                 "agents.defaults.memorySearch.maxFileBytes to index it"}
+            )
+            return
+        if row is not None and row.size == st.st_size and row.mtime == st.st_mtime:
+            report.unchanged += 1
+            return
+        text, replaced, raw = read_text(mf.abs)
+        digest = hashlib.sha256(raw).hexdigest()
+        if row is not None and row.hash == digest:
+            self.store.touch_file(mf.rel, st.st_mtime, st.st_size)
+            report.unchanged += 1
+            return
+        counter = self.provider.count_tokens if self.provider else None
+        chunks = chunk_markdown(
+            text,
+            mf.rel,
+            tokens=self.settings.chunking.tokens,
+            overlap=self.settings.chunking.overlap,
+            **({"count_tokens": counter} if counter else {}),
+        )
+        rows = [
+            ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading,
+                     c.text)
+            for c in chunks
+        ]
+        vectors = self._vectors_for(rows, report) if self.provider else None
+        file_row = FileRow(mf.rel, mf.source, digest, st.st_mtime, st.st_size, replaced)
+        self.store.replace_file(file_row, rows, vectors)
+        report.indexed += 1
+        report.chunks += len(rows)
+
+    def _vectors_for(self, rows: list[ChunkRow], report: SyncReport) -> np.ndarray | None:
+        """Vectors for ``rows``: from the cache or the live index when the text was seen, else embedded."""
+        p = self.provider
+        assert p is not None
+        if not rows:
+            return None
+        hashes = [r.embed_hash for r in rows]
+        known: dict[str, np.ndarray] = {}
+        if self.settings.cache.enabled:
+            known = self.store.cache_get(p.id, p.model, p.provider_key, hashes)
+        missing = [h for h in dict.fromkeys(hashes) if h not in known]
+        if missing:
+            known.update(self._from_index(missing))
+        todo = [r for r in {r.embed_hash: r for r in rows}.values() if r.embed_hash not in known]
+        report.from_cache += sum(1 for h in hashes if h in known)
+        if todo:
+            fresh = p.embed_documents([embedding_input(r) for r in todo])
+            new = {r.embed_hash: v for r, v in zip(todo, fresh, strict=True)}
+            known.update(new)
+            report.embedded += len(todo)
+            if self.settings.cache.enabled:
+                self.store.cache_put(p.id, p.model, p.provider_key, new)
+        if self.settings.cache.enabled:
+            self.store.cache_touch(p.id, p.model, p.provider_key, [h for h in hashes if h not in missing])
+        return np.stack([known[h] for h in hashes])
+
+    def _from_index(self, hashes: list[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        if self.store.vec_dims() is None:
+            return found
+        ids: dict[int, str] = {}
+        for h in hashes:
+            row = self.store.conn.execute("SELECT id FROM chunks WHERE embed_hash = ? LIMIT 1", (h,)).fetchone()
+            if row:
+                ids[int(row[0])] = h
+        for rid, vec in self.store.vectors_for(list(ids)).items():
+            found[ids[rid]] = vec
+        return found
+
+    # -- staleness ---------------------------------------------------------------------------------
+    def stale_files(self) -> list[dict[str, str]]:
+        """Files whose index rows differ from disk, computed from the files themselves (not a flag)."""
+        indexed = self.store.files()
+        stale: list[dict[str, str]] = []
+        present: set[str] = set()
+        for mf in self.workspace.discover():
+            present.add(mf.rel)
+            try:
+                st = os.lstat(mf.abs)
+            except OSError:
+                continue
+            if st.st_size > self.settings.max_file_bytes:
+                continue
+            row = indexed.get(mf.rel)
+            if row is None:
+                stale.append({"path": mf.rel, "state": "new"})
+            elif row.size != st.st_size or row.mtime != st.st_mtime:
+                try:
+                    _, _, raw = read_text(mf.abs)
+                except OSError:
+                    continue
+                if hashlib.sha256(raw).hexdigest() != row.hash:
+                    stale.append({"path": mf.rel, "state": "modified"})
+        stale.extend({"path": p, "state": "deleted"} for p in indexed if p not in present)
+        return stale

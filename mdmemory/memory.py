@@ -1,0 +1,184 @@
+"""The Python API: ``Memory.open()`` then ``search`` / ``get`` / ``sync`` / ``status``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from mdmemory.config import AgentConfig, Config, load_config
+from mdmemory.errors import LockError, ProviderError
+from mdmemory.indexer import Indexer, Progress
+from mdmemory.providers.factory import ProviderChoice, choose
+from mdmemory.search import search as run_search
+from mdmemory.store import Store
+from mdmemory.tools import get_file, search_response
+from mdmemory.workspace import Workspace
+
+
+class Memory:
+    """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
+
+    def __init__(
+        self,
+        agent: AgentConfig,
+        config: Config | None = None,
+        *,
+        choice: ProviderChoice | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.config = config
+        self.settings = agent.memory_search
+        self.env = os.environ if env is None else env
+        self.workspace = Workspace(agent.workspace, self.settings.extra_paths)
+        self._choice = choice
+        self._store: Store | None = None
+        self._indexer: Indexer | None = None
+
+    @classmethod
+    def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
+        """Load the configuration (``config_path``, ``MDMEMORY_CONFIG`` or the default) and pick an agent."""
+        config = load_config(config_path)
+        return cls(config.agent(agent), config)
+
+    # -- lazily built parts ------------------------------------------------------------------------
+    @property
+    def choice(self) -> ProviderChoice:
+        if self._choice is None:
+            self._choice = choose(self.settings, self.agent.home, self.env)
+        return self._choice
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.agent.store_path)
+        return self._store
+
+    @property
+    def indexer(self) -> Indexer:
+        if self._indexer is None:
+            self._indexer = Indexer(self.store, self.workspace, self.settings, self.choice.provider)
+        return self._indexer
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+            self._indexer = None
+        if self._choice is not None and self._choice.provider is not None:
+            self._choice.provider.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- operations --------------------------------------------------------------------------------
+    def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+        """Index new and changed memory files, drop removed ones. Returns the sync report."""
+        return self.indexer.sync(force=force, progress=progress).to_dict()
+
+    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
+        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""
+        q = self.settings.query
+        limit = q.max_results if max_results is None else max_results
+        threshold = q.min_score if min_score is None else min_score
+        notes: list[str] = []
+        if self.settings.sync.on_search:
+            notes.extend(self._sync_before_search())
+        provider = self.choice.provider
+        vector = None
+        if provider is not None and self.indexer.identity_matches():
+            try:
+                vector = provider.embed_query(query)
+            except ProviderError as exc:
+                notes.append(f"query embedding failed, answered from keywords only: {exc}")
+        elif provider is not None:
+            notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
+        outcome = run_search(
+            self.store, query, query_vector=vector, max_results=limit, min_score=threshold, hybrid=q.hybrid
+        )
+        response = search_response(
+            outcome, provider=self.choice.name, model=provider.model if provider else None
+        )
+        if self.choice.fallback:
+            response["fallback"] = self.choice.fallback
+        if outcome.mode == "keyword" and provider is None:
+            notes.append(self.choice.hint or "keyword-only search: no embedding provider is configured")
+        if notes:
+            response["warnings"] = notes
+        return response
+
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+        """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
+        return get_file(self.workspace, path, from_line, lines)
+
+    def status(self) -> dict[str, Any]:
+        """Index state computed from the files on disk and the database, not from cached flags."""
+        provider = self.choice.provider
+        store = self.store
+        identity = store.get_meta("identity") or {}
+        last = store.get_meta("lastSync")
+        warnings: list[str] = []
+        files = store.files()
+        for row in files.values():
+            if row.encoding_errors:
+                warnings.append(
+                    f"{row.path}: {row.encoding_errors} invalid UTF-8 sequence(s) indexed as U+FFFD; "
+                    "re-save the file as UTF-8"
+                )
+        for mf in self.workspace.discover():
+            size = mf.abs.lstat().st_size
+            if size > self.settings.max_file_bytes:
+                warnings.append(
+                    f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({self.settings.max_file_bytes})"
+                )
+        if last and last["report"].get("errors"):
+            warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
+        if self.choice.hint:
+            warnings.append(self.choice.hint)
+        if self.config and self.config.ignored_keys:
+            warnings.append("config keys ignored (not mdmemory's): " + ", ".join(self.config.ignored_keys))
+        counts = store.counts()
+        out: dict[str, Any] = {
+            "agent": self.agent.id,
+            "workspace": str(self.workspace.root),
+            "store": str(store.path),
+            "provider": self.choice.name,
+            "requestedProvider": self.choice.requested,
+            "model": provider.model if provider else None,
+            "dims": store.vec_dims() or (provider.dims if provider else None),
+            "mode": ("hybrid" if self.settings.query.hybrid.enabled else "vector") if provider else "keyword",
+            "files": counts["files"],
+            "chunks": counts["chunks"],
+            "vectors": counts["vectors"],
+            "cacheEntries": counts["cacheEntries"],
+            "indexProvider": identity.get("provider"),
+            "indexModel": identity.get("model"),
+            "lastSync": _iso(last["at"]) if last else None,
+            "lastSyncSeconds": last["report"]["seconds"] if last else None,
+            "staleFiles": self.indexer.stale_files(),
+            "warnings": warnings,
+        }
+        if self.choice.fallback:
+            out["fallback"] = self.choice.fallback
+        return out
+
+    def _sync_before_search(self) -> list[str]:
+        """Catch up with small edits before answering; never rebuilds or waits on another writer."""
+        if not self.indexer.identity_matches() and self.store.get_meta("identity") is not None:
+            return []
+        try:
+            report = self.indexer.sync(wait=0)
+        except LockError:
+            return ["another process is indexing; results may be a few seconds old"]
+        except ProviderError as exc:
+            return [f"could not embed changed files, keyword search may be ahead of vectors: {exc}"]
+        return [f"{e['path']}: {e['error']}" for e in report.errors]
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))

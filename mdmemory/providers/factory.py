@@ -1,0 +1,111 @@
+"""Build the configured embedding provider: explicit choice, ``auto`` selection, creation fallback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mdmemory.config import DEFAULT_REMOTE_MODEL, MemorySearchConfig
+from mdmemory.errors import ProviderError
+from mdmemory.providers.base import EmbeddingProvider
+
+ENABLE_VECTORS_HINT = (
+    "vectors are off (keyword-only search): run `mdmemory model pull` (needs `pip install 'mdmemory[local]'`) "
+    "to use the local model, or set OPENAI_API_KEY / memorySearch.remote.apiKey"
+)
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """The provider in use and why. ``provider`` is None for keyword-only search."""
+
+    provider: EmbeddingProvider | None
+    requested: str
+    fallback: dict[str, str] | None = None  # {"from": ..., "reason": ...} when the fallback took over
+    hint: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.provider.id if self.provider else "none"
+
+
+def model_cache_dir(settings: MemorySearchConfig, home: Path) -> Path:
+    return Path(settings.local.model_cache_dir).expanduser() if settings.local.model_cache_dir else home / "models"
+
+
+def _api_key(settings: MemorySearchConfig, env: Mapping[str, str]) -> str | None:
+    return settings.remote.api_key or env.get("OPENAI_API_KEY") or None
+
+
+def local_model_on_disk(settings: MemorySearchConfig, home: Path) -> bool:
+    """True when the local extra is installed and the model file is present (never downloads)."""
+    try:
+        import llama_cpp  # noqa: F401
+
+        from mdmemory.providers.local import is_model_available
+    except ImportError:
+        return False
+    return is_model_available(settings.local.model_path, model_cache_dir(settings, home))
+
+
+def build(name: str, settings: MemorySearchConfig, home: Path, env: Mapping[str, str]) -> EmbeddingProvider | None:
+    """Create provider ``name`` (not ``auto``); raise ProviderError when it cannot be created."""
+    if name == "none":
+        return None
+    if name == "hash":
+        from mdmemory.providers.hashing import HashEmbeddingProvider
+
+        return HashEmbeddingProvider(dims=settings.remote.dimensions or 384)
+    if name == "local":
+        try:
+            from mdmemory.providers.local import LocalEmbeddingProvider
+        except ImportError as exc:
+            raise ProviderError(f"local provider unavailable ({exc}): pip install 'mdmemory[local]'") from exc
+        return LocalEmbeddingProvider(
+            model_path=settings.model or settings.local.model_path,
+            cache_dir=model_cache_dir(settings, home),
+            threads=settings.local.threads,
+            context_size=settings.local.context_size,
+            query_prefix=settings.local.query_prefix,
+            document_prefix=settings.local.document_prefix,
+        )
+    if name == "openai":
+        try:
+            from mdmemory.providers.remote import OpenAIEmbeddingProvider
+        except ImportError as exc:
+            raise ProviderError(f"openai provider unavailable ({exc}): pip install 'mdmemory[remote]'") from exc
+        return OpenAIEmbeddingProvider(
+            model=settings.model or DEFAULT_REMOTE_MODEL,
+            base_url=settings.remote.base_url,
+            api_key=settings.remote.api_key,
+            headers=dict(settings.remote.headers),
+            dimensions=settings.remote.dimensions,
+            timeout=settings.remote.timeout_seconds,
+            max_retries=settings.remote.max_retries,
+            env=env,
+        )
+    raise ProviderError(f"unknown provider {name!r}: use auto, local, openai, hash or none")
+
+
+def choose(settings: MemorySearchConfig, home: Path, env: Mapping[str, str] | None = None) -> ProviderChoice:
+    """Resolve ``settings.provider`` (including ``auto``) and apply the creation fallback."""
+    env = os.environ if env is None else env
+    requested = settings.provider if settings.enabled else "none"
+    name = requested
+    if requested == "auto":
+        if local_model_on_disk(settings, home):
+            name = "local"
+        elif _api_key(settings, env) or settings.remote.base_url:
+            name = "openai"
+        else:
+            return ProviderChoice(None, requested, hint=ENABLE_VECTORS_HINT)
+    try:
+        return ProviderChoice(build(name, settings, home, env), requested)
+    except ProviderError as exc:
+        if settings.fallback == "none" or settings.fallback == name:
+            raise
+        reason = str(exc)
+    provider = build(settings.fallback, settings, home, env)
+    return ProviderChoice(provider, requested, fallback={"from": name, "reason": reason})

@@ -1,0 +1,249 @@
+"""Hybrid search: escaped keyword queries, vector KNN, score fusion and snippets.
+
+Scoring rules (also in the README):
+
+- Vector score = cosine similarity (1 - cosine distance), clamped to [0, 1].
+- Keyword score: FTS5 ``bm25()`` is negative, more negative is better. It is negated and divided by the
+  best candidate's value, so the best keyword match scores 1.0 and the rest scale below it. CJK text is
+  matched through the trigram table (and a substring scan for one- or two-character words); the keyword
+  score of a chunk is the best of its normalised scores.
+- Weighted fusion (default): ``vectorWeight * vector + textWeight * keyword`` (weights sum to 1).
+  Reciprocal-rank fusion: ``sum(weight / (k + rank))`` divided by its maximum ``1 / (k + 1)``.
+- ``minScore`` filters fused scores, but never hides an exact keyword hit: a chunk that contains every
+  query term (case- and accent-insensitive; CJK terms as substrings) is kept whatever its score. In
+  keyword-only mode (no provider, or the query could not be embedded) every candidate literally contains
+  a query term, so ``minScore`` is not applied at all.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mdmemory.config import HybridConfig
+from mdmemory.store import ChunkRow, Store
+from mdmemory.tokens import CJK_RUN
+
+SNIPPET_CHARS = 700
+MAX_QUERY_TERMS = 64
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk: ChunkRow
+    score: float
+    vector_score: float | None = None
+    text_score: float | None = None
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    hits: list[Hit]
+    mode: str  # "hybrid", "vector" or "keyword"
+    terms: list[str] = field(default_factory=list)
+
+
+# -- query building (pure) ---------------------------------------------------------------------------
+def query_terms(query: str) -> list[str]:
+    """Unicode word tokens of ``query``, lower-cased and de-duplicated, in order."""
+    seen: dict[str, None] = {}
+    for tok in _WORD.findall(query.lower()):
+        tok = tok.strip("_")
+        if tok:
+            seen.setdefault(tok, None)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def fts_match(terms: Sequence[str]) -> str | None:
+    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
+    return " OR ".join(quoted) if quoted else None
+
+
+def cjk_match(query: str) -> tuple[str | None, list[str]]:
+    """For CJK runs in ``query``: a trigram MATCH expression (runs of 3+ characters, as overlapping
+    trigrams OR-joined) and the shorter runs, which the trigram index cannot match, as substrings."""
+    trigrams: dict[str, None] = {}
+    short: dict[str, None] = {}
+    for run in CJK_RUN.findall(query):
+        if len(run) >= 3:
+            for i in range(len(run) - 2):
+                trigrams.setdefault(run[i : i + 3], None)
+        else:
+            short.setdefault(run, None)
+    grams = list(trigrams)[:MAX_QUERY_TERMS]
+    return fts_match(grams), list(short)[:8]
+
+
+def _fold(text: str) -> str:
+    """Lower-case and strip accents, as the FTS5 tokenizer does."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+
+
+def contains_all_terms(text: str, terms: Sequence[str], query: str = "") -> bool:
+    """True when ``text`` contains every query term: words as whole words, CJK runs as substrings."""
+    if not terms:
+        return False
+    folded = _fold(text)
+    words = set(_WORD.findall(CJK_RUN.sub(" ", folded)))
+    for term in terms:
+        t = _fold(term)
+        if CJK_RUN.search(t):
+            if not all(run in folded for run in CJK_RUN.findall(t)):
+                return False
+            rest = CJK_RUN.sub(" ", t).split()
+            if any(w not in words for w in rest):
+                return False
+        elif not all(w in words for w in _WORD.findall(t)):
+            return False
+    return True
+
+
+# -- scoring (pure) ------------------------------------------------------------------------------------
+def normalise_bm25(ranked: Sequence[tuple[int, float]]) -> dict[int, float]:
+    """Map FTS5 bm25 values (negative, lower is better) to (0, 1] with the best match at 1.0."""
+    if not ranked:
+        return {}
+    positive = {rid: max(-rank, 0.0) for rid, rank in ranked}
+    best = max(positive.values())
+    if best <= 0:
+        return {rid: 1.0 for rid in positive}
+    return {rid: value / best for rid, value in positive.items()}
+
+
+def fuse_weighted(vec: dict[int, float], text: dict[int, float], wv: float, wt: float) -> dict[int, float]:
+    return {i: wv * vec.get(i, 0.0) + wt * text.get(i, 0.0) for i in set(vec) | set(text)}
+
+
+def fuse_rrf(vec_ranked: Sequence[int], text_ranked: Sequence[int], wv: float, wt: float, k: int) -> dict[int, float]:
+    scores: dict[int, float] = {}
+    for weight, ranked in ((wv, vec_ranked), (wt, text_ranked)):
+        for rank, rid in enumerate(ranked, start=1):
+            scores[rid] = scores.get(rid, 0.0) + weight / (k + rank)
+    top = 1.0 / (k + 1)
+    return {rid: s / top for rid, s in scores.items()}
+
+
+# -- snippets (pure) -----------------------------------------------------------------------------------
+def make_snippet(text: str, terms: Sequence[str], heading: str = "", limit: int = SNIPPET_CHARS) -> str:
+    """At most ``limit`` characters of ``text`` centred on the densest cluster of query terms.
+
+    The heading path is prefixed in brackets when the window does not start at that heading.
+    """
+    prefix = f"[{heading}]\n" if heading else ""
+    budget = max(limit - len(prefix), 80)
+    if len(text) <= budget:
+        body = text
+    else:
+        body = _window(text, terms, budget)
+    if prefix and body.lstrip("# ").startswith(heading.split(" > ")[-1]):
+        prefix = ""
+    return (prefix + body)[:limit]
+
+
+def _window(text: str, terms: Sequence[str], budget: int) -> str:
+    positions: list[tuple[int, str]] = []
+    for term in terms:
+        for m in re.finditer(re.escape(term), text, flags=re.IGNORECASE):
+            positions.append((m.start(), term.lower()))
+            if len(positions) > 2000:
+                break
+    positions.sort()
+    inner = budget - 2  # room for the two ellipses
+    if not positions:
+        start = 0
+    else:
+        best_i, best_j, best_n = 0, 0, -1
+        j = 0
+        for i in range(len(positions)):
+            while j + 1 < len(positions) and positions[j + 1][0] - positions[i][0] < inner * 0.8:
+                j += 1
+            distinct = len({t for _, t in positions[i : j + 1]})
+            if distinct > best_n:
+                best_i, best_j, best_n = i, j, distinct
+        centre = (positions[best_i][0] + positions[best_j][0]) // 2
+        start = max(0, min(centre - inner // 2, len(text) - inner))
+        line_start = text.rfind("\n", 0, start) + 1
+        if start - line_start < 80:
+            start = line_start
+        elif (space := text.rfind(" ", 0, start)) > start - 30:
+            start = space + 1
+    end = min(len(text), start + inner)
+    if end < len(text) and (space := text.rfind(" ", start + inner // 2, end)) > 0:
+        end = space
+    body = text[start:end]
+    return ("…" if start > 0 else "") + body + ("…" if end < len(text) else "")
+
+
+# -- the search entry point ----------------------------------------------------------------------------
+def search(
+    store: Store,
+    query: str,
+    *,
+    query_vector: np.ndarray | None,
+    max_results: int,
+    min_score: float,
+    hybrid: HybridConfig,
+) -> SearchOutcome:
+    """Search ``store``. With ``query_vector`` None the search is keyword-only."""
+    terms = query_terms(query)
+    candidates = max(1, max_results * hybrid.candidate_multiplier)
+    use_keywords = query_vector is None or hybrid.enabled
+    vec_ranked: list[tuple[int, float]] = store.knn(query_vector, candidates) if query_vector is not None else []
+    vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
+    text_scores = _keyword_scores(store, query, terms, candidates) if use_keywords else {}
+
+    if query_vector is None:
+        mode = "keyword"
+        scores = dict(text_scores)
+    elif not hybrid.enabled:
+        mode = "vector"
+        scores = dict(vec_scores)
+    elif hybrid.fusion == "rrf":
+        mode = "hybrid"
+        text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
+        scores = fuse_rrf([r for r, _ in vec_ranked], text_ranked, hybrid.vector_weight, hybrid.text_weight,
+                          hybrid.rrf_k)
+    else:
+        mode = "hybrid"
+        scores = fuse_weighted(vec_scores, text_scores, hybrid.vector_weight, hybrid.text_weight)
+
+    if mode != "keyword":
+        below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid)]
+        exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
+        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact}
+    ranked = sorted(scores, key=lambda rid: -scores[rid])
+    chunks = store.chunks_by_ids(ranked[: max_results * 2])
+    hits: list[Hit] = []
+    for rid in ranked:
+        chunk = chunks.get(rid)
+        if chunk is None:
+            continue
+        hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid)))
+    hits.sort(key=lambda h: (-h.score, h.chunk.path, h.chunk.start_line))
+    snippet_terms = terms + [run for run in CJK_RUN.findall(query)]
+    return SearchOutcome(hits[:max_results], mode, snippet_terms)
+
+
+def _keyword_scores(store: Store, query: str, terms: list[str], k: int) -> dict[int, float]:
+    scores: dict[int, float] = {}
+
+    def merge(found: dict[int, float]) -> None:
+        for rid, s in found.items():
+            scores[rid] = max(scores.get(rid, 0.0), s)
+
+    match = fts_match(terms)
+    if match:
+        merge(normalise_bm25(store.keyword(match, k)))
+    tri, short = cjk_match(query)
+    if tri:
+        merge(normalise_bm25(store.trigram(tri, k)))
+    if short:
+        merge(normalise_bm25(store.substring(short, k)))
+    return scores

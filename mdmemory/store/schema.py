@@ -1,0 +1,128 @@
+"""Numbered migrations, applied on open. ``PRAGMA user_version`` holds the schema version."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sqlean
+
+from mdmemory.store.connection import transaction
+
+
+_M1_STATEMENTS = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
+    """,
+    """
+    CREATE TABLE files (
+    path TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    mtime REAL NOT NULL,
+    size INTEGER NOT NULL,
+    encoding_errors INTEGER NOT NULL DEFAULT 0,
+    chunks INTEGER NOT NULL DEFAULT 0,
+    indexed_at REAL NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE chunks (
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL,
+    source TEXT NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    embed_hash TEXT NOT NULL,
+    heading TEXT NOT NULL DEFAULT '',
+    text TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE INDEX chunks_path ON chunks(path)
+    """,
+    """
+    CREATE INDEX chunks_embed_hash ON chunks(embed_hash)
+    """,
+    """
+    CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    text, heading, content='chunks', content_rowid='id',
+    tokenize='unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE VIRTUAL TABLE chunks_trigram USING fts5(
+    text, content='chunks', content_rowid='id', tokenize='trigram remove_diacritics 1'
+    )
+    """,
+    """
+    CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+    INSERT INTO chunks_trigram(rowid, text) VALUES (new.id, new.text);
+    END
+    """,
+    """
+    CREATE TRIGGER chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading)
+    VALUES ('delete', old.id, old.text, old.heading);
+    INSERT INTO chunks_trigram(chunks_trigram, rowid, text) VALUES ('delete', old.id, old.text);
+    END
+    """,
+    """
+    CREATE TRIGGER chunks_au AFTER UPDATE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading)
+    VALUES ('delete', old.id, old.text, old.heading);
+    INSERT INTO chunks_trigram(chunks_trigram, rowid, text) VALUES ('delete', old.id, old.text);
+    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+    INSERT INTO chunks_trigram(rowid, text) VALUES (new.id, new.text);
+    END
+    """,
+    """
+    CREATE TABLE embedding_cache (
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    provider_key TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    dims INTEGER NOT NULL,
+    embedding BLOB NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (provider, model, provider_key, hash)
+    ) WITHOUT ROWID
+    """,
+    """
+    CREATE INDEX embedding_cache_age ON embedding_cache(updated_at)
+    """,
+]
+
+
+def _m1_initial(conn: sqlean.Connection) -> None:
+    for statement in _M1_STATEMENTS:
+        conn.execute(statement)
+
+
+MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [_m1_initial]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlean.Connection) -> int:
+    """Apply every migration newer than the database's ``user_version``; returns the final version.
+
+    Each migration runs in its own transaction together with its version bump, so a crash leaves the
+    database at a whole version.
+    """
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        from mdmemory.errors import StoreError
+
+        raise StoreError(
+            f"index schema version {version} is newer than this mdmemory ({SCHEMA_VERSION}); upgrade mdmemory "
+            "or delete the index file to rebuild it"
+        )
+    for number in range(version, SCHEMA_VERSION):
+        with transaction(conn):
+            # Re-check under the write lock: another process may have migrated meanwhile.
+            if conn.execute("PRAGMA user_version").fetchone()[0] > number:
+                continue
+            MIGRATIONS[number](conn)
+            conn.execute(f"PRAGMA user_version = {number + 1}")
+    return SCHEMA_VERSION
