@@ -5,14 +5,35 @@ The file is shaped like the Clawdbot/OpenClaw config so users can bring theirs::
     { agents: { defaults: { workspace: "~/clawd", memorySearch: {...} },
                 list: [ { id: "main", default: true, workspace: "...", memorySearch: {...} } ] } }
 
-JSON keys are camelCase; dataclass fields are the snake_case of the same words.
+JSON keys are camelCase; dataclass fields are the snake_case of the same words. Validation is driven
+by the dataclass fields and their type hints, plus the ``RANGES`` table; adding a key means adding a field
+(and, if bounded, a ``RANGES`` line). Each ``agents.list[]`` memorySearch is deep-merged over the defaults:
+objects merge key by key, ``extraPaths`` is a de-duplicated union, anything else replaces. Keys mdmemory
+does not own at the top level and in ``agents``/``agents.defaults``/``agents.list[]`` belong to the agent
+runtime and are ignored (listed in ``Config.ignored_keys``) unless they look like a typo of ours.
+
+Paths: ``home`` is ``$MDMEMORY_HOME`` or ``~/.mdmemory``. Workspaces are relative to the config file's
+directory (cwd without a file; ``$MDMEMORY_WORKSPACE`` overrides ``agents.defaults.workspace``, relative to
+cwd). ``extraPaths`` are made absolute relative to the agent's workspace. ``store.path`` substitutes
+``{agentId}`` and ``{home}`` and is relative to home.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+import json
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Literal
+from types import NoneType, UnionType
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import json5
+
+from mdmemory.errors import ConfigError
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
@@ -124,9 +145,394 @@ class Config:
 
     def agent(self, agent_id: str | None = None) -> AgentConfig:
         """The agent ``agent_id``, or the default agent; ConfigError naming the known ids otherwise."""
-        raise NotImplementedError  # filled in below by the loader work
+        source = str(self.source) if self.source else None
+        if not self.agents:
+            raise ConfigError("no agents are configured. Fix: add an entry to agents.list.", source=source)
+        if agent_id is None:
+            return next((a for a in self.agents if a.default), self.agents[0])
+        for candidate in self.agents:
+            if candidate.id == agent_id:
+                return candidate
+        known = ", ".join(a.id for a in self.agents)
+        raise ConfigError(
+            f"unknown agent id {agent_id!r}; configured agents: {known}. "
+            "Fix: use one of these ids, or add an entry with this id to agents.list.",
+            key="agents.list",
+            source=source,
+        )
 
 
-def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Read, validate and merge the configuration. See module docstring."""
-    raise NotImplementedError
+# -- validation rules -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Range:
+    lo: float
+    hi: float | None = None
+    lo_open: bool = False  # True: lo itself is not allowed
+
+    def ok(self, v: float) -> bool:
+        return (v > self.lo if self.lo_open else v >= self.lo) and (self.hi is None or v <= self.hi)
+
+    def text(self) -> str:
+        if self.hi is not None:
+            return f"from {self.lo:g} to {self.hi:g}"
+        return f"greater than {self.lo:g}" if self.lo_open else f"of at least {self.lo:g}"
+
+
+# Bounds by camelCase key path inside memorySearch: a new field needs a line here only if it is bounded.
+RANGES: dict[str, _Range] = {
+    "remote.dimensions": _Range(1),
+    "remote.timeoutSeconds": _Range(0, lo_open=True),
+    "remote.maxRetries": _Range(0, 20),
+    "local.threads": _Range(1),
+    "local.contextSize": _Range(32),
+    "chunking.tokens": _Range(32, 8192),
+    "chunking.overlap": _Range(0),  # and < chunking.tokens, checked after merging
+    "sync.watchDebounceMs": _Range(0, 600_000),
+    "sync.intervalMinutes": _Range(0),
+    "query.maxResults": _Range(1, 100),
+    "query.minScore": _Range(0, 1),
+    "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging
+    "query.hybrid.textWeight": _Range(0),
+    "query.hybrid.candidateMultiplier": _Range(1, 50),
+    "query.hybrid.rrfK": _Range(1),
+    "cache.maxEntries": _Range(0),
+    "maxFileBytes": _Range(1),
+}
+_UNION_FIELDS = frozenset({"extra_paths"})  # lists merged as a de-duplicated union instead of replaced
+_AGENT_ID = re.compile(r"[A-Za-z0-9_-]+")
+_TOKEN = re.compile(r"\{(\w*)\}")
+_MISMATCH = object()
+T = TypeVar("T")
+Layers = list[tuple[str, dict[str, Any]]]  # (key prefix for messages, validated snake_case values)
+
+
+def camel(name: str) -> str:
+    """The JSON key of a dataclass field: ``max_file_bytes`` -> ``maxFileBytes``."""
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+def _describe(tp: Any) -> str:
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, UnionType):
+        return " or ".join(_describe(a) for a in args if a is not NoneType) + " or null"
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in args)
+    kinds = {dict: "an object of string values", tuple: "a list of strings", bool: "true or false"}
+    kinds |= {int: "an integer", float: "a number", str: "a string"}
+    return kinds.get(origin or tp, "an object")
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    """``value`` as the Python type ``tp``, or ``_MISMATCH``. Dataclasses are handled by the caller."""
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, UnionType):
+        return None if value is None else _convert(next(a for a in args if a is not NoneType), value)
+    if origin is Literal:
+        return value if any(type(value) is type(a) and value == a for a in args) else _MISMATCH
+    if origin is dict:
+        ok = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return dict(value) if ok else _MISMATCH
+    if origin is tuple:
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        return tuple(value) if ok else _MISMATCH
+    if tp in (bool, str):
+        return value if isinstance(value, tp) else _MISMATCH
+    if tp is int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else _MISMATCH
+    if tp is float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if number and math.isfinite(value) else _MISMATCH
+    raise TypeError(f"config field type {tp!r} is not supported by the loader")  # a programming error
+
+
+def _show(value: Any, secret: bool = False) -> str:
+    if secret:
+        return "<redacted>"
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _suggest(word: str, choices: list[str], cutoff: float = 0.6) -> str | None:
+    """The choice ``word`` most likely misspells (case, ``_``/``-`` and difflib ratio), if any."""
+
+    def norm(s: str) -> str:
+        return s.lower().replace("_", "").replace("-", "")
+
+    close = difflib.get_close_matches(word.lower(), [c.lower() for c in choices], n=1, cutoff=cutoff)
+    same = [c for c in choices if norm(c) == norm(word) or close and c.lower() == close[0]]
+    return same[0] if same else None
+
+
+class _Loader:
+    """One load: the source named in messages and the runtime keys ignored so far."""
+
+    def __init__(self, source: Path | None) -> None:
+        self.source = str(source) if source else None
+        self.ignored: list[str] = []
+
+    def error(self, key: str | None, message: str) -> ConfigError:
+        return ConfigError(f"{key}: {message}" if key else message, key=key, source=self.source)
+
+    def bad(
+        self, key: str, value: Any, expected: str, fix: str, secret: bool = False, hint: str = ""
+    ) -> ConfigError:
+        return self.error(key, f"expected {expected}, got {_show(value, secret)}{hint}. Fix: {fix}.")
+
+    def obj(self, value: Any, key: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.bad(key, value, "an object", "write it as { key: value, ... }")
+        return value
+
+    def runtime_keys(self, obj: dict[str, Any], prefix: str, ours: tuple[str, ...]) -> None:
+        """Record keys that belong to the agent runtime; reject likely typos of ours."""
+        for key in obj:
+            path = f"{prefix}.{key}" if prefix else key
+            if key not in ours and (mine := _suggest(key, list(ours), cutoff=0.8)):
+                fix = f"rename it to '{mine}' (keys are case-sensitive camelCase)"
+                raise self.error(path, f"unknown key; did you mean '{mine}'? Fix: {fix}.")
+            if key not in ours:
+                self.ignored.append(path)
+
+    def section(self, cls: Any, raw: Any, key: str, rel: str = "") -> dict[str, Any]:
+        """Validate one (partial) layer of dataclass ``cls``: snake_case keys, converted values."""
+        hints, by_key, out = get_type_hints(cls), {camel(f.name): f for f in fields(cls)}, {}
+        for name, value in self.obj(raw, key).items():
+            path, sub = f"{key}.{name}", f"{rel}.{name}" if rel else name
+            if (f := by_key.get(name)) is None:
+                hint = _suggest(name, list(by_key))
+                did, fix = (
+                    (f"did you mean '{hint}'? ", f"rename it to '{hint}'") if hint else ("", "remove it")
+                )
+                raise self.error(path, f"unknown key; {did}Fix: {fix}. Valid keys here: {', '.join(by_key)}.")
+            tp = hints[f.name]
+            out[f.name] = (
+                self.section(tp, value, path, sub)
+                if is_dataclass(tp)
+                else self.value(tp, value, path, sub, f)
+            )
+        return out
+
+    def value(self, tp: Any, value: Any, path: str, rel: str, f: Field[Any]) -> Any:
+        secret = not f.repr  # repr=False marks secrets: their values never appear in messages
+        default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc,operator]
+        keep = "or remove it to use the default" + ("" if secret else f" ({_show(default)})")
+        converted, rule = _convert(tp, value), RANGES.get(rel)
+        if converted is _MISMATCH:
+            choice = (
+                _suggest(value, list(get_args(tp)))
+                if get_origin(tp) is Literal and isinstance(value, str)
+                else None
+            )
+            hint = f" (did you mean {json.dumps(choice)}?)" if choice else ""
+            raise self.bad(path, value, _describe(tp), f"set it to {_describe(tp)}, {keep}", secret, hint)
+        if rule and converted is not None and not rule.ok(converted):
+            expected = f"{_describe(tp).removesuffix(' or null')} {rule.text()}"
+            raise self.bad(path, value, expected, f"set it to a value {rule.text()}, {keep}", secret)
+        return converted
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if key in _UNION_FIELDS:
+            out[key] = tuple(dict.fromkeys((*base.get(key, ()), *value)))
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _build(cls: type[T], data: dict[str, Any]) -> T:
+    hints = get_type_hints(cls)
+    return cls(**{k: _build(hints[k], v) if is_dataclass(hints[k]) else v for k, v in data.items()})
+
+
+def _origin(layers: Layers, *paths: str) -> str:
+    """The key prefix of the last layer that set any of the dotted ``paths`` (else the first layer)."""
+    for prefix, layer in reversed(layers):
+        for path in paths:
+            node: Any = layer
+            for key in path.split("."):
+                node = node.get(key, MISSING) if isinstance(node, dict) else MISSING
+            if node is not MISSING:
+                return prefix
+    return layers[0][0]
+
+
+# -- files, paths and agents ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Defaults:
+    """The keys of ``agents.defaults`` besides memorySearch."""
+
+    workspace: str = "~/clawd"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """The keys of an ``agents.list[]`` entry besides memorySearch."""
+
+    id: str | None = None
+    default: bool = False
+    workspace: str | None = None  # None -> agents.defaults.workspace
+
+
+H = TypeVar("H", _Defaults, _Entry)
+
+
+def _absolute(text: str, base: Path, env: Mapping[str, str]) -> Path:
+    """``text`` with ``~`` expanded (``env["HOME"]`` first), made absolute against ``base``.
+
+    Normalised like ``os.path.abspath``; symlinks are not resolved, so the workspace rules still see them.
+    """
+    if (text == "~" or text.startswith(("~/", "~\\"))) and env.get("HOME"):
+        text = env["HOME"] + text[1:]
+    return Path(os.path.abspath(base / Path(text).expanduser()))
+
+
+def _read(ld: _Loader, path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ld.error(None, f"the file is not UTF-8 text ({exc.reason}). Fix: save it as UTF-8.") from None
+    except OSError as exc:
+        raise ld.error(None, f"cannot read the file ({exc.strerror}). Fix: check the path.") from None
+    try:
+        return json5.loads(text, allow_duplicate_keys=False)
+    except ValueError as exc:
+        msg, fix = str(exc), "correct the syntax there (commas, quotes, braces)"
+        if m := re.match(r"<string>:(\d+) (.*) at column (\d+)", msg):
+            msg = f"line {m[1]}, column {m[3]}: {m[2]}"
+        if msg.startswith("Duplicate key"):
+            fix = "keep only one of the duplicated keys"
+        raise ld.error(None, f"invalid JSON5 ({msg}). Fix: {fix}.") from None
+
+
+def _find_source(path: str | os.PathLike[str] | None, env: Mapping[str, str], home: Path) -> Path | None:
+    explicit, origin = (path, "path argument") if path else (env.get("MDMEMORY_CONFIG"), "MDMEMORY_CONFIG")
+    if not explicit:
+        default = home / "config.json5"
+        return default if default.is_file() else None
+    found = _absolute(os.fspath(explicit), Path.cwd(), env)
+    if not found.is_file():
+        fix = "create it (see config.example.json5) or give the path of an existing file"
+        raise ConfigError(f"config file not found (from {origin}). Fix: {fix}.", source=str(found))
+    return found
+
+
+def _head(ld: _Loader, cls: type[H], raw: Any, key: str) -> H:
+    """Validate and build the agent-level keys of ``cls`` after setting runtime keys aside."""
+    ours = (*(camel(f.name) for f in fields(cls)), "memorySearch")
+    ld.runtime_keys(ld.obj(raw, key), key, ours)
+    return _build(cls, ld.section(cls, {k: v for k, v in raw.items() if k in ours[:-1]}, key))
+
+
+def _agent(
+    ld: _Loader, layers: Layers, entry: _Entry, ws: Path, home: Path, env: Mapping[str, str]
+) -> AgentConfig:
+    """Merge the layers, apply the cross-field rules and resolve the agent's paths."""
+    merged: dict[str, Any] = {}
+    for _, layer in layers:
+        merged = _merge(merged, layer)
+    ms = _build(MemorySearchConfig, merged)
+    chunking, hybrid = ms.chunking, ms.query.hybrid
+    if chunking.overlap >= chunking.tokens:
+        key = _origin(layers, "chunking.overlap", "chunking.tokens") + ".chunking.overlap"
+        expected = f"an integer less than chunking.tokens ({chunking.tokens})"
+        raise ld.bad(key, chunking.overlap, expected, "lower overlap or raise tokens (defaults 80 and 400)")
+    total = hybrid.vector_weight + hybrid.text_weight
+    if total == 0:
+        key = _origin(layers, "query.hybrid.vector_weight", "query.hybrid.text_weight") + ".query.hybrid"
+        fix = "give vectorWeight or textWeight a positive value (defaults 0.7 and 0.3)"
+        raise ld.bad(key, {"vectorWeight": 0, "textWeight": 0}, "weights that are not both 0", fix)
+    hybrid = replace(
+        hybrid, vector_weight=hybrid.vector_weight / total, text_weight=hybrid.text_weight / total
+    )
+    store_key = _origin(layers, "store.path") + ".store.path"
+    if any(t not in ("agentId", "home") for t in _TOKEN.findall(ms.store.path)):
+        expected = "a path whose only {tokens} are {agentId} and {home}"
+        raise ld.bad(store_key, ms.store.path, expected, "fix or remove the unknown {token}")
+    store = ms.store.path.replace("{agentId}", str(entry.id)).replace("{home}", str(home))
+    cache_dir = ms.local.model_cache_dir
+    ms = replace(
+        ms,
+        query=replace(ms.query, hybrid=hybrid),
+        extra_paths=tuple(dict.fromkeys(str(_absolute(p, ws, env)) for p in ms.extra_paths)),
+        local=replace(ms.local, model_cache_dir=cache_dir and str(_absolute(cache_dir, home, env))),
+    )
+    return AgentConfig(str(entry.id), ws, _absolute(store, home, env), ms, home=home)
+
+
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Read, validate and merge the configuration; see the module docstring for the file's shape.
+
+    The file is ``path``, else ``$MDMEMORY_CONFIG``, else ``<home>/config.json5`` when it exists, else
+    built-in defaults. ``env`` (default ``os.environ``) supplies every environment lookup. Raises
+    ConfigError naming the dotted key path for any invalid input.
+    """
+    env = os.environ if env is None else env
+    home = _absolute(env.get("MDMEMORY_HOME") or "~/.mdmemory", Path.cwd(), env)
+    source = _find_source(path, env, home)
+    ld, base = _Loader(source), source.parent if source else Path.cwd()
+    root = _read(ld, source) if source else {}
+    if not isinstance(root, dict):
+        raise ld.error(
+            None, f"the file must hold an object, got {_show(root)}. Fix: start it with {{ agents: ... }}."
+        )
+    ld.runtime_keys(root, "", ("agents",))
+    agents = ld.obj(root.get("agents", {}), "agents")
+    ld.runtime_keys(agents, "agents", ("defaults", "list"))
+    defaults = _head(ld, _Defaults, agents.get("defaults", {}), "agents.defaults")
+    workspace = _absolute(defaults.workspace, base, env)
+    if env.get("MDMEMORY_WORKSPACE"):
+        workspace = _absolute(env["MDMEMORY_WORKSPACE"], Path.cwd(), env)
+    ms_key = "agents.defaults.memorySearch"
+    base_layer = (
+        ms_key,
+        ld.section(MemorySearchConfig, agents.get("defaults", {}).get("memorySearch", {}), ms_key),
+    )
+
+    entries = agents.get("list", [])
+    if not isinstance(entries, list):
+        raise ld.bad("agents.list", entries, "a list of agent objects", 'write it as [ { id: "main" } ]')
+    built: list[AgentConfig] = []
+    ids: dict[str, int] = {}
+    stores: dict[Path, str] = {}
+    default_at: int | None = None
+    for i, raw in enumerate(entries or [{"id": "main"}]):
+        key = f"agents.list[{i}]"
+        entry = _head(ld, _Entry, raw, key)
+        if entry.id is None:
+            raise ld.error(f"{key}.id", 'missing; every agent needs one. Fix: add an id such as id: "main".')
+        if not _AGENT_ID.fullmatch(entry.id):
+            expected = 'an id of letters, digits, "_" and "-" (it is used in file names)'
+            raise ld.bad(f"{key}.id", entry.id, expected, 'rename the agent, e.g. "work-bot"')
+        if entry.id in ids:
+            fix = f"agents.list[{ids[entry.id]}] already uses this id; give each agent its own id"
+            raise ld.bad(f"{key}.id", entry.id, "a unique agent id", fix)
+        ids[entry.id] = i
+        if entry.default and default_at is not None:
+            fix = f"agents.list[{default_at}] is already the default; keep default: true on one agent only"
+            raise ld.bad(f"{key}.default", True, "at most one agent with default: true", fix)
+        default_at = i if entry.default else default_at
+        ms_key = f"{key}.memorySearch"
+        layers = [base_layer, (ms_key, ld.section(MemorySearchConfig, raw.get("memorySearch", {}), ms_key))]
+        ws = _absolute(entry.workspace, base, env) if entry.workspace is not None else workspace
+        agent = _agent(ld, layers, entry, ws, home, env)
+        if agent.store_path in stores:
+            key = _origin(layers, "store.path") + ".store.path"
+            fix = "put {agentId} in the path so that every agent has its own index"
+            expected = f"an index file not shared with agent {stores[agent.store_path]!r}"
+            raise ld.bad(key, str(agent.store_path), expected, fix)
+        stores[agent.store_path] = agent.id
+        built.append(agent)
+    built[default_at or 0] = replace(built[default_at or 0], default=True)
+    return Config(home=home, source=source, agents=tuple(built), ignored_keys=tuple(ld.ignored))

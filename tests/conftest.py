@@ -1,0 +1,89 @@
+"""Shared fixtures. Every test runs with its own MDMEMORY_HOME and no ambient config or API key."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdmemory.config import load_config
+from mdmemory.memory import Memory
+from mdmemory.providers.factory import ProviderChoice
+from mdmemory.providers.hashing import HashEmbeddingProvider
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+MINILM = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point all state at tmp_path and hide the developer's config, workspace and keys."""
+    home = tmp_path / "mdmemory-home"
+    monkeypatch.setenv("MDMEMORY_HOME", str(home))
+    for var in ("MDMEMORY_CONFIG", "MDMEMORY_WORKSPACE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return home
+
+
+@pytest.fixture
+def no_thread_leaks() -> Iterator[None]:
+    """Fail the test if it leaves threads running."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        leaked = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        if not leaked:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"leaked threads: {[t.name for t in leaked]}")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """An empty agent workspace with a memory/ folder."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    return ws
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def make_memory(tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Memory]]:
+    """Build a Memory for ``workspace`` from a real config file; ``provider`` defaults to ``hash``.
+
+    Pass ``memorySearch`` overrides as a dict. With provider ``hash`` the same counting provider instance
+    is used so tests can check how much was embedded.
+    """
+    opened: list[Memory] = []
+
+    def factory(memory_search: dict[str, Any] | None = None, provider: str = "hash", **kw: Any) -> Memory:
+        ms = {"provider": provider, **(memory_search or {})}
+        cfg_path = tmp_path / f"config-{len(opened)}.json5"
+        cfg_path.write_text(
+            json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}})
+        )
+        config = load_config(cfg_path)
+        agent = config.agent()
+        choice = None
+        if provider == "hash":
+            choice = ProviderChoice(HashEmbeddingProvider(dims=64), "hash")
+        mem = Memory(agent, config, choice=choice, **kw)
+        opened.append(mem)
+        return mem
+
+    yield factory
+    for mem in opened:
+        mem.close()

@@ -1,0 +1,137 @@
+"""The SQLite store: codec, migrations, per-file replacement, KNN through the vec0 index, cache pruning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdmemory.errors import StoreError
+from mdmemory.store import ChunkRow, FileRow, Store, decode_vector, encode_vector
+from mdmemory.store.schema import SCHEMA_VERSION
+
+
+def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
+    v = rng.normal(size=(n, dims)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def chunk(path: str, i: int, text: str) -> ChunkRow:
+    return ChunkRow(path, "memory", i, i, f"h{i}", f"e-{path}-{i}", "", text)
+
+
+def fts_instances(store: Store, table: str) -> int:
+    store.conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_v USING fts5vocab(main, {table}, 'instance')"
+    )
+    return store.conn.execute(f"SELECT count(*) FROM temp.{table}_v").fetchone()[0]
+
+
+def test_vector_codec_round_trip() -> None:
+    v = np.array([0.0, -1.5, 3.25, 1e-7], dtype=np.float32)
+    blob = encode_vector(v)
+    assert len(blob) == 16
+    assert blob[:4] == b"\x00\x00\x00\x00"
+    np.testing.assert_array_equal(decode_vector(blob), v)
+    np.testing.assert_array_equal(
+        decode_vector(encode_vector([1, 2, 3])), np.array([1, 2, 3], dtype=np.float32)
+    )
+
+
+def test_migrations_set_schema_version_and_are_idempotent(tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite"
+    with Store(path) as s:
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert s.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        tables = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert {"meta", "files", "chunks", "chunks_fts", "chunks_trigram", "embedding_cache"} <= tables
+        s.set_meta("x", {"a": 1})
+    with Store(path) as s:  # reopening keeps data and does not re-run migrations
+        assert s.get_meta("x") == {"a": 1}
+
+
+def test_newer_schema_is_refused_with_a_fix(tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite"
+    with Store(path) as s:
+        s.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
+    with pytest.raises(StoreError, match="newer than this mdmemory"):
+        Store(path)
+
+
+def test_replace_file_swaps_every_row(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    with Store(tmp_path / "a.sqlite") as s:
+        f = FileRow("memory/a.md", "memory", "hash1", 1.0, 10)
+        s.replace_file(
+            f, [chunk("memory/a.md", 1, "alpha bravo"), chunk("memory/a.md", 2, "charlie")], unit(rng, 2, 8)
+        )
+        s.replace_file(
+            FileRow("MEMORY.md", "memory", "x", 1.0, 1), [chunk("MEMORY.md", 1, "zulu")], unit(rng, 1, 8)
+        )
+        assert s.counts()["chunks"] == 3 and s.counts()["vectors"] == 3
+        before = fts_instances(s, "chunks_fts")
+        s.replace_file(f, [chunk("memory/a.md", 1, "delta")], unit(rng, 1, 8))
+        assert [c.text for c in s.chunks_of("memory/a.md")] == ["delta"]
+        assert s.counts() == {"files": 2, "chunks": 2, "vectors": 2, "cacheEntries": 0}
+        assert fts_instances(s, "chunks_fts") == before - 3 + 1
+        assert s.keyword('"alpha"', 10) == [] and s.keyword('"charlie"', 10) == []
+        assert len(s.keyword('"delta"', 10)) == 1
+        assert s.files()["memory/a.md"].chunks == 1
+
+
+def test_delete_file_leaves_nothing_in_any_table(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    with Store(tmp_path / "a.sqlite") as s:
+        f = FileRow("memory/b.md", "memory", "h", 1.0, 1)
+        s.replace_file(
+            f, [chunk("memory/b.md", i, f"word{i} 寿司拉面{i}") for i in range(1, 5)], unit(rng, 4, 8)
+        )
+        s.delete_file("memory/b.md")
+        assert s.counts() == {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
+        assert fts_instances(s, "chunks_fts") == 0
+        assert fts_instances(s, "chunks_trigram") == 0
+        assert s.conn.execute("SELECT count(*) FROM chunks_vec").fetchone()[0] == 0
+
+
+def test_failed_replace_rolls_back_whole_file(tmp_path: Path) -> None:
+    rng = np.random.default_rng(3)
+    with Store(tmp_path / "a.sqlite") as s:
+        f = FileRow("memory/c.md", "memory", "h", 1.0, 1)
+        s.replace_file(f, [chunk("memory/c.md", 1, "original")], unit(rng, 1, 8))
+        with pytest.raises(StoreError):  # wrong dimension -> nothing of the new version is kept
+            s.replace_file(f, [chunk("memory/c.md", 1, "replacement")], unit(rng, 1, 16))
+        assert [c.text for c in s.chunks_of("memory/c.md")] == ["original"]
+        assert s.counts()["vectors"] == 1
+
+
+def test_knn_uses_the_vec0_index_and_matches_brute_force(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    vecs = unit(rng, 200, 16)
+    with Store(tmp_path / "a.sqlite") as s:
+        rows = [chunk("memory/k.md", i, f"text {i}") for i in range(200)]
+        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, vecs)
+        q = unit(rng, 1, 16)[0]
+        got = s.knn(q, 10)
+        ids = {c.id: c.start_line for c in s.chunks_of("memory/k.md")}
+        expect = list(np.argsort(-(vecs @ q))[:10])
+        assert [ids[rid] for rid, _ in got] == expect
+        assert got[0][1] == pytest.approx(1 - float(vecs[expect[0]] @ q), abs=1e-5)
+        from mdmemory.store.vectors import encode_vector as enc
+
+        plan = s.conn.execute(
+            "EXPLAIN QUERY PLAN WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
+            "AND k = ?) SELECT rowid, distance FROM knn ORDER BY distance",
+            (enc(q), 10),
+        ).fetchall()
+        assert any("INDEX 0:3{" in str(r[3]) for r in plan), plan  # sqlite-vec's KNN plan, not a scan
+
+
+def test_cache_prune_keeps_the_newest(tmp_path: Path) -> None:
+    with Store(tmp_path / "a.sqlite") as s:
+        for i in range(5):
+            s.cache_put("p", "m", "k", {f"h{i}": np.ones(4, dtype=np.float32) * i})
+        s.cache_touch("p", "m", "k", ["h0"])
+        assert s.cache_prune(3) == 2
+        assert set(s.cache_get("p", "m", "k", [f"h{i}" for i in range(5)])) == {"h0", "h3", "h4"}
+        assert s.cache_get("p", "m", "other-key", ["h0"]) == {}
