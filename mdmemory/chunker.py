@@ -113,9 +113,7 @@ def chunk_markdown(
             prev, fresh = None, fresh + 1
             continue
         first, last = span
-        chunks.append(
-            _chunk(path, first, last, "\n".join(doc.lines[first : last + 1]), doc.heading_at(first))
-        )
+        chunks.append(_chunk(path, first, last, "\n".join(doc.lines[first : last + 1]), doc.heading_at(first)))
         prev, fresh = span, last + 1
 
 

@@ -129,7 +129,8 @@ def _format_status(s: dict[str, Any]) -> str:
         f"agent       {s['agent']}",
         f"workspace   {s['workspace']}",
         f"store       {s['store']}",
-        f"provider    {s['provider']}" + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
+        f"provider    {s['provider']}"
+        + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
         + f" · {s['mode']} search",
         f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors",
         f"last sync   {s['lastSync'] or 'never'}"

@@ -279,9 +279,7 @@ class _Loader:
     def error(self, key: str | None, message: str) -> ConfigError:
         return ConfigError(f"{key}: {message}" if key else message, key=key, source=self.source)
 
-    def bad(
-        self, key: str, value: Any, expected: str, fix: str, secret: bool = False, hint: str = ""
-    ) -> ConfigError:
+    def bad(self, key: str, value: Any, expected: str, fix: str, secret: bool = False, hint: str = "") -> ConfigError:
         return self.error(key, f"expected {expected}, got {_show(value, secret)}{hint}. Fix: {fix}.")
 
     def obj(self, value: Any, key: str) -> dict[str, Any]:
@@ -306,15 +304,11 @@ class _Loader:
             path, sub = f"{key}.{name}", f"{rel}.{name}" if rel else name
             if (f := by_key.get(name)) is None:
                 hint = _suggest(name, list(by_key))
-                did, fix = (
-                    (f"did you mean '{hint}'? ", f"rename it to '{hint}'") if hint else ("", "remove it")
-                )
+                did, fix = (f"did you mean '{hint}'? ", f"rename it to '{hint}'") if hint else ("", "remove it")
                 raise self.error(path, f"unknown key; {did}Fix: {fix}. Valid keys here: {', '.join(by_key)}.")
             tp = hints[f.name]
             out[f.name] = (
-                self.section(tp, value, path, sub)
-                if is_dataclass(tp)
-                else self.value(tp, value, path, sub, f)
+                self.section(tp, value, path, sub) if is_dataclass(tp) else self.value(tp, value, path, sub, f)
             )
         return out
 
@@ -325,9 +319,7 @@ class _Loader:
         converted, rule = _convert(tp, value), RANGES.get(rel)
         if converted is _MISMATCH:
             choice = (
-                _suggest(value, list(get_args(tp)))
-                if get_origin(tp) is Literal and isinstance(value, str)
-                else None
+                _suggest(value, list(get_args(tp))) if get_origin(tp) is Literal and isinstance(value, str) else None
             )
             hint = f" (did you mean {json.dumps(choice)}?)" if choice else ""
             raise self.bad(path, value, _describe(tp), f"set it to {_describe(tp)}, {keep}", secret, hint)
@@ -435,9 +427,7 @@ def _head(ld: _Loader, cls: type[H], raw: Any, key: str) -> H:
     return _build(cls, ld.section(cls, {k: v for k, v in raw.items() if k in ours[:-1]}, key))
 
 
-def _agent(
-    ld: _Loader, layers: Layers, entry: _Entry, ws: Path, home: Path, env: Mapping[str, str]
-) -> AgentConfig:
+def _agent(ld: _Loader, layers: Layers, entry: _Entry, ws: Path, home: Path, env: Mapping[str, str]) -> AgentConfig:
     """Merge the layers, apply the cross-field rules and resolve the agent's paths."""
     merged: dict[str, Any] = {}
     for _, layer in layers:
@@ -453,9 +443,7 @@ def _agent(
         key = _origin(layers, "query.hybrid.vector_weight", "query.hybrid.text_weight") + ".query.hybrid"
         fix = "give vectorWeight or textWeight a positive value (defaults 0.7 and 0.3)"
         raise ld.bad(key, {"vectorWeight": 0, "textWeight": 0}, "weights that are not both 0", fix)
-    hybrid = replace(
-        hybrid, vector_weight=hybrid.vector_weight / total, text_weight=hybrid.text_weight / total
-    )
+    hybrid = replace(hybrid, vector_weight=hybrid.vector_weight / total, text_weight=hybrid.text_weight / total)
     store_key = _origin(layers, "store.path") + ".store.path"
     if any(t not in ("agentId", "home") for t in _TOKEN.findall(ms.store.path)):
         expected = "a path whose only {tokens} are {agentId} and {home}"
@@ -484,9 +472,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     ld, base = _Loader(source), source.parent if source else Path.cwd()
     root = _read(ld, source) if source else {}
     if not isinstance(root, dict):
-        raise ld.error(
-            None, f"the file must hold an object, got {_show(root)}. Fix: start it with {{ agents: ... }}."
-        )
+        raise ld.error(None, f"the file must hold an object, got {_show(root)}. Fix: start it with {{ agents: ... }}.")
     ld.runtime_keys(root, "", ("agents",))
     agents = ld.obj(root.get("agents", {}), "agents")
     ld.runtime_keys(agents, "agents", ("defaults", "list"))

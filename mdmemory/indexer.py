@@ -152,8 +152,11 @@ class Indexer:
         st = os.lstat(mf.abs)
         if st.st_size > limit:
             report.skipped.append(
-                {"path": mf.rel, "reason": f"{st.st_size} bytes is over maxFileBytes ({limit}); raise "
-                 "agents.defaults.memorySearch.maxFileBytes to index it"}
+                {
+                    "path": mf.rel,
+                    "reason": f"{st.st_size} bytes is over maxFileBytes ({limit}); raise "
+                    "agents.defaults.memorySearch.maxFileBytes to index it",
+                }
             )
             return
         if row is not None and row.size == st.st_size and row.mtime == st.st_mtime:
@@ -174,8 +177,7 @@ class Indexer:
             **({"count_tokens": counter} if counter else {}),
         )
         rows = [
-            ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading,
-                     c.text)
+            ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading, c.text)
             for c in chunks
         ]
         vectors = self._vectors_for(rows, report) if self.provider else None

@@ -101,9 +101,7 @@ class Memory:
         outcome = run_search(
             self.store, query, query_vector=vector, max_results=limit, min_score=threshold, hybrid=q.hybrid
         )
-        response = search_response(
-            outcome, provider=self.choice.name, model=provider.model if provider else None
-        )
+        response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
         if self.choice.fallback:
             response["fallback"] = self.choice.fallback
         if outcome.mode == "keyword" and provider is None:

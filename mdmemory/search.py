@@ -209,8 +209,9 @@ def search(
     elif hybrid.fusion == "rrf":
         mode = "hybrid"
         text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
-        scores = fuse_rrf([r for r, _ in vec_ranked], text_ranked, hybrid.vector_weight, hybrid.text_weight,
-                          hybrid.rrf_k)
+        scores = fuse_rrf(
+            [r for r, _ in vec_ranked], text_ranked, hybrid.vector_weight, hybrid.text_weight, hybrid.rrf_k
+        )
     else:
         mode = "hybrid"
         scores = fuse_weighted(vec_scores, text_scores, hybrid.vector_weight, hybrid.text_weight)

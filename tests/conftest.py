@@ -72,9 +72,7 @@ def make_memory(tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Memor
     def factory(memory_search: dict[str, Any] | None = None, provider: str = "hash", **kw: Any) -> Memory:
         ms = {"provider": provider, **(memory_search or {})}
         cfg_path = tmp_path / f"config-{len(opened)}.json5"
-        cfg_path.write_text(
-            json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}})
-        )
+        cfg_path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
         config = load_config(cfg_path)
         agent = config.agent()
         choice = None

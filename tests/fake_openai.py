@@ -194,8 +194,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif fault is not None and fault.count_delta > 0:
             texts = texts + [f"extra-{i}" for i in range(fault.count_delta)]
         data = [
-            {"object": "embedding", "index": i, "embedding": fake_vector(text, dims)}
-            for i, text in enumerate(texts)
+            {"object": "embedding", "index": i, "embedding": fake_vector(text, dims)} for i, text in enumerate(texts)
         ]
         if fault is not None and fault.kind == "reversed":
             data.reverse()

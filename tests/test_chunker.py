@@ -77,9 +77,7 @@ def check_chunks(
 
 
 def fence_lines(n: int) -> list[str]:
-    return (
-        ["```python"] + [f"value_{i} = compute(item_{i}, scale={i})  # step {i}" for i in range(n)] + ["```"]
-    )
+    return ["```python"] + [f"value_{i} = compute(item_{i}, scale={i})  # step {i}" for i in range(n)] + ["```"]
 
 
 def prose(rng: random.Random, n_lines: int, words: int = 12) -> list[str]:
@@ -183,9 +181,7 @@ def test_crlf_and_lone_cr_count_lines_like_an_editor() -> None:
     assert crlf == lf
     check_chunks(crlf_text, crlf, tokens=40, overlap=10)
     assert all("\r" not in c.text for c in crlf)
-    assert [(c.start_line, c.end_line, c.text) for c in chunk_markdown("a\rb\r\nc", "a.md")] == [
-        (1, 3, "a\nb\nc")
-    ]
+    assert [(c.start_line, c.end_line, c.text) for c in chunk_markdown("a\rb\r\nc", "a.md")] == [(1, 3, "a\nb\nc")]
 
 
 # ---------------------------------------------------------------- blocks kept intact
@@ -385,9 +381,7 @@ def test_chunk_starting_mid_section_inherits_the_path() -> None:
 
 def test_headings_inside_quotes_and_front_matter_are_not_headings() -> None:
     rng = random.Random(11)
-    text = "\n".join(
-        ["---", "title: journal", "tags: [a, b]", "---", "> # Quoted", "", "# Real", ""] + prose(rng, 40)
-    )
+    text = "\n".join(["---", "title: journal", "tags: [a, b]", "---", "> # Quoted", "", "# Real", ""] + prose(rng, 40))
     chunks = chunk_markdown(text, "MEMORY.md", tokens=80, overlap=20)
     check_chunks(text, chunks, tokens=80, overlap=20)
     assert chunks[0].heading == ""

@@ -20,10 +20,9 @@ def config(workspace: Path, tmp_path: Path) -> Path:
     write(workspace / "MEMORY.md", "# Infra\n\nBackups run nightly with restic to the NAS vault.\n")
     write(workspace / "memory" / "2026-01-02.md", "# Food\n\n我喜欢吃寿司和拉面，不喜欢香菜。\n")
     cfg = tmp_path / "config.json5"
-    cfg.write_text(
-        "// test config\n{ agents: { defaults: { workspace: %s, memorySearch: { provider: 'none' } } } }"
-        % json.dumps(str(workspace))
-    )
+    ws = json.dumps(str(workspace))
+    body = "{ agents: { defaults: { workspace: " + ws + ", memorySearch: { provider: 'none' } } } }"
+    cfg.write_text("// test config\n" + body)
     return cfg
 
 
@@ -51,7 +50,10 @@ def test_index_search_get_status_json(config: Path, capsys: pytest.CaptureFixtur
     assert [r["path"] for r in res["results"]] == ["memory/2026-01-02.md"]
 
     code, out, _ = run(capsys, "get", "MEMORY.md", "--from", "3", "--lines", "1", "--config", str(config), "--json")
-    assert code == 0 and json.loads(out) == {"path": "MEMORY.md", "text": "Backups run nightly with restic to the NAS vault."}
+    assert code == 0 and json.loads(out) == {
+        "path": "MEMORY.md",
+        "text": "Backups run nightly with restic to the NAS vault.",
+    }
 
     code, out, _ = run(capsys, "status", "--config", str(config), "--json")
     status = json.loads(out)
@@ -90,13 +92,21 @@ def test_python_dash_m_and_no_traceback(config: Path, tmp_path: Path) -> None:
     env = {**os.environ, "MDMEMORY_HOME": str(tmp_path / "home")}
     ok = subprocess.run(
         [sys.executable, "-m", "mdmemory", "search", "vault", "--config", str(config), "--json"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
     )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["results"][0]["path"] == "MEMORY.md"
     missing = subprocess.run(
         [sys.executable, "-m", "mdmemory", "status", "--config", str(tmp_path / "nope.json5")],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=60,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=60,
     )
     assert missing.returncode == 2
     assert "Traceback" not in missing.stderr and "nope.json5" in missing.stderr

@@ -156,9 +156,7 @@ def test_store_path_tokens_and_relative_paths(tmp_path: Path, env: dict[str, str
     assert paths == [tmp_path / "mh/idx/a.db", tmp_path / "mh/x/b-b.db", home / "elsewhere/c.db"]
 
 
-def test_model_cache_dir_expands_tilde_and_keeps_none(
-    tmp_path: Path, env: dict[str, str], home: Path
-) -> None:
+def test_model_cache_dir_expands_tilde_and_keeps_none(tmp_path: Path, env: dict[str, str], home: Path) -> None:
     assert load_config(env=env).agent().memory_search.local.model_cache_dir is None
     cfg = load_config(write(tmp_path, ms({"local": {"modelCacheDir": "~/models"}})), env)
     assert cfg.agent().memory_search.local.model_cache_dir == str(home / "models")
@@ -238,9 +236,7 @@ def test_unknown_agent_id_lists_configured_ids(tmp_path: Path, env: dict[str, st
 def test_hybrid_weights_are_normalised(
     tmp_path: Path, env: dict[str, str], vector: float, text: float, expected: tuple[float, float]
 ) -> None:
-    cfg = load_config(
-        write(tmp_path, ms({"query": {"hybrid": {"vectorWeight": vector, "textWeight": text}}})), env
-    )
+    cfg = load_config(write(tmp_path, ms({"query": {"hybrid": {"vectorWeight": vector, "textWeight": text}}})), env)
     hybrid = cfg.agent().memory_search.query.hybrid
     assert (hybrid.vector_weight, hybrid.text_weight) == pytest.approx(expected)
 
@@ -318,9 +314,7 @@ def test_typo_of_our_key_at_agent_level_is_an_error(
         ("query.hybrid.fusion", 1, "1", 'expected one of "weighted", "rrf"'),
     ],
 )
-def test_wrong_type(
-    tmp_path: Path, env: dict[str, str], path: str, value: Any, shown: str, expected: str
-) -> None:
+def test_wrong_type(tmp_path: Path, env: dict[str, str], path: str, value: Any, shown: str, expected: str) -> None:
     err = error(tmp_path, env, ms(nested(path, value)))
     key = f"agents.defaults.memorySearch.{path}"
     assert err.key == key
@@ -371,9 +365,7 @@ def test_out_of_range(tmp_path: Path, env: dict[str, str], path: str, value: Any
     assert f"Fix: set it to a value {bounds}, or remove it to use the default (" in str(err)
 
 
-def test_overlap_must_be_below_tokens_and_blames_the_layer_that_set_it(
-    tmp_path: Path, env: dict[str, str]
-) -> None:
+def test_overlap_must_be_below_tokens_and_blames_the_layer_that_set_it(tmp_path: Path, env: dict[str, str]) -> None:
     data = {"agents": {"list": [{"id": "a", "memorySearch": {"chunking": {"tokens": 64}}}]}}
     err = error(tmp_path, env, data)
     assert err.key == "agents.list[0].memorySearch.chunking.overlap"
@@ -484,9 +476,7 @@ def test_secret_values_are_redacted(tmp_path: Path, env: dict[str, str]) -> None
 
 
 @pytest.mark.parametrize("value", [None, "x", 1.5, -1, True, [], {}, ["x"], {"a": "b"}, 10**30])
-def test_any_value_at_any_key_loads_or_raises_config_error(
-    tmp_path: Path, env: dict[str, str], value: Any
-) -> None:
+def test_any_value_at_any_key_loads_or_raises_config_error(tmp_path: Path, env: dict[str, str], value: Any) -> None:
     for path in leaf_paths(MemorySearchConfig):
         try:
             load_config(write(tmp_path, ms(nested(path, value))), env)
@@ -544,8 +534,6 @@ def test_paths_are_absolute_but_symlinks_are_kept(tmp_path: Path, env: dict[str,
     (tmp_path / "target").mkdir()
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws/link").symlink_to(tmp_path / "target")
-    data = {
-        "agents": {"defaults": {"workspace": "ws", "memorySearch": {"extraPaths": ["link", "sub/../link"]}}}
-    }
+    data = {"agents": {"defaults": {"workspace": "ws", "memorySearch": {"extraPaths": ["link", "sub/../link"]}}}}
     agent = load_config(write(tmp_path, data), env).agent()
     assert agent.memory_search.extra_paths == (str(tmp_path / "ws/link"),)

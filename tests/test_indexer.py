@@ -74,7 +74,11 @@ def test_deleted_file_leaves_nothing_in_any_table(workspace: Path, make_memory: 
     assert report["removed"] == 1
     counts = table_counts(mem.store)
     assert {k: v for k, v in counts.items() if k != "cacheEntries"} == {
-        "files": 0, "chunks": 0, "vectors": 0, "chunks_fts": 0, "chunks_trigram": 0
+        "files": 0,
+        "chunks": 0,
+        "vectors": 0,
+        "chunks_fts": 0,
+        "chunks_trigram": 0,
     }
 
 

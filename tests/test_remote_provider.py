@@ -347,9 +347,7 @@ def test_vector_count_mismatch_fails(server: FakeOpenAIServer, fault: Fault, got
     provider, sleeps = make(server)
     server.enqueue(fault)
 
-    with pytest.raises(
-        ProviderError, match=rf"returned {got} embedding\(s\) for 3 input\(s\).*max_batch_size"
-    ):
+    with pytest.raises(ProviderError, match=rf"returned {got} embedding\(s\) for 3 input\(s\).*max_batch_size"):
         provider.embed_documents(["a", "b", "c"])
     assert sleeps == [] and embedding_requests(server) == 1
 
@@ -377,9 +375,7 @@ def test_401_fails_with_fix_and_no_retry(server: FakeOpenAIServer) -> None:
         (400, "Invalid value for 'dimensions'", "remote.dimensions"),
     ],
 )
-def test_client_errors_fail_with_fix(
-    server: FakeOpenAIServer, status: int, server_message: str, fix: str
-) -> None:
+def test_client_errors_fail_with_fix(server: FakeOpenAIServer, status: int, server_message: str, fix: str) -> None:
     provider, sleeps = make(server)
     server.enqueue(Fault.status_error(status, server_message))
 
@@ -423,9 +419,7 @@ def exception_texts(exc: BaseException | None) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("faults", list(REDACTION_CASES.values()), ids=list(REDACTION_CASES))
-def test_secrets_never_leak(
-    server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture, faults: list[Fault]
-) -> None:
+def test_secrets_never_leak(server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture, faults: list[Fault]) -> None:
     caplog.set_level(logging.DEBUG)
     provider, _ = make(
         server,
@@ -461,8 +455,7 @@ def test_repr_shows_model_and_clean_base_url() -> None:
         env={},
     )
     assert repr(provider) == (
-        "OpenAIEmbeddingProvider(model='text-embedding-3-small', "
-        "base_url='https://proxy.example.com/v1?region=eu')"
+        "OpenAIEmbeddingProvider(model='text-embedding-3-small', base_url='https://proxy.example.com/v1?region=eu')"
     )
 
 
@@ -493,9 +486,7 @@ def test_loopback_server_needs_no_key(server: FakeOpenAIServer) -> None:
 
 
 def test_env_supplies_key_and_base_url(server: FakeOpenAIServer) -> None:
-    provider, _ = make(
-        server, api_key=None, base_url=None, env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url}
-    )
+    provider, _ = make(server, api_key=None, base_url=None, env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.url})
     provider.embed_query("a")
     assert provider.base_url == server.url
     assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"

@@ -22,9 +22,39 @@ from mdmemory.tools import RESULT_KEYS
 from tests.conftest import write
 
 HOSTILE = [
-    '"', '""', "'", "NEAR(", "NEAR(a b", "*", "a*", "^a", "a:b", "text:foo", "heading:x", "(", ")", "((a)",
-    "a OR", "AND", "NOT a", "a AND NOT b", "-a", "+", "\\", "%", "_", "{a b}", "a;DROP TABLE chunks;--",
-    "\x00", "   ", "", "🙂", "寿", "寿司\"", "NEAR(寿司拉面 x)", "a" * 5000,
+    '"',
+    '""',
+    "'",
+    "NEAR(",
+    "NEAR(a b",
+    "*",
+    "a*",
+    "^a",
+    "a:b",
+    "text:foo",
+    "heading:x",
+    "(",
+    ")",
+    "((a)",
+    "a OR",
+    "AND",
+    "NOT a",
+    "a AND NOT b",
+    "-a",
+    "+",
+    "\\",
+    "%",
+    "_",
+    "{a b}",
+    "a;DROP TABLE chunks;--",
+    "\x00",
+    "   ",
+    "",
+    "🙂",
+    "寿",
+    '寿司"',
+    "NEAR(寿司拉面 x)",
+    "a" * 5000,
 ]
 
 
@@ -52,7 +82,10 @@ def test_hostile_queries_raise_no_sql_error(notes: Path, make_memory: Callable[.
 
 
 def test_fts_match_quotes_every_term() -> None:
-    assert fts_match(query_terms('NEAR(a b) "x" col:y *z ^w')) == '"near" OR "a" OR "b" OR "x" OR "col" OR "y" OR "z" OR "w"'
+    assert (
+        fts_match(query_terms('NEAR(a b) "x" col:y *z ^w'))
+        == '"near" OR "a" OR "b" OR "x" OR "col" OR "y" OR "z" OR "w"'
+    )
     assert fts_match([]) is None
     assert query_terms("Restic restic RESTIC café") == ["restic", "café"]
 
@@ -109,8 +142,13 @@ def test_min_score_filters_weak_vector_only_matches(notes: Path, make_memory: Ca
 
 @pytest.mark.parametrize(
     ("query", "path"),
-    [("寿司和拉面", "memory/2026-01-02.md"), ("寿司", "memory/2026-01-02.md"), ("カレー", "memory/2026-01-02.md"),
-     ("김치찌개를", "memory/2026-01-03.md"), ("creme brulee", "memory/2026-01-03.md")],
+    [
+        ("寿司和拉面", "memory/2026-01-02.md"),
+        ("寿司", "memory/2026-01-02.md"),
+        ("カレー", "memory/2026-01-02.md"),
+        ("김치찌개를", "memory/2026-01-03.md"),
+        ("creme brulee", "memory/2026-01-03.md"),
+    ],
 )
 def test_cjk_and_diacritics(notes: Path, make_memory: Callable[..., Memory], query: str, path: str) -> None:
     mem = make_memory(provider="none")

@@ -22,9 +22,7 @@ def chunk(path: str, i: int, text: str) -> ChunkRow:
 
 
 def fts_instances(store: Store, table: str) -> int:
-    store.conn.execute(
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_v USING fts5vocab(main, {table}, 'instance')"
-    )
+    store.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_v USING fts5vocab(main, {table}, 'instance')")
     return store.conn.execute(f"SELECT count(*) FROM temp.{table}_v").fetchone()[0]
 
 
@@ -34,9 +32,7 @@ def test_vector_codec_round_trip() -> None:
     assert len(blob) == 16
     assert blob[:4] == b"\x00\x00\x00\x00"
     np.testing.assert_array_equal(decode_vector(blob), v)
-    np.testing.assert_array_equal(
-        decode_vector(encode_vector([1, 2, 3])), np.array([1, 2, 3], dtype=np.float32)
-    )
+    np.testing.assert_array_equal(decode_vector(encode_vector([1, 2, 3])), np.array([1, 2, 3], dtype=np.float32))
 
 
 def test_migrations_set_schema_version_and_are_idempotent(tmp_path: Path) -> None:
@@ -63,12 +59,8 @@ def test_replace_file_swaps_every_row(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     with Store(tmp_path / "a.sqlite") as s:
         f = FileRow("memory/a.md", "memory", "hash1", 1.0, 10)
-        s.replace_file(
-            f, [chunk("memory/a.md", 1, "alpha bravo"), chunk("memory/a.md", 2, "charlie")], unit(rng, 2, 8)
-        )
-        s.replace_file(
-            FileRow("MEMORY.md", "memory", "x", 1.0, 1), [chunk("MEMORY.md", 1, "zulu")], unit(rng, 1, 8)
-        )
+        s.replace_file(f, [chunk("memory/a.md", 1, "alpha bravo"), chunk("memory/a.md", 2, "charlie")], unit(rng, 2, 8))
+        s.replace_file(FileRow("MEMORY.md", "memory", "x", 1.0, 1), [chunk("MEMORY.md", 1, "zulu")], unit(rng, 1, 8))
         assert s.counts()["chunks"] == 3 and s.counts()["vectors"] == 3
         before = fts_instances(s, "chunks_fts")
         s.replace_file(f, [chunk("memory/a.md", 1, "delta")], unit(rng, 1, 8))
@@ -84,9 +76,7 @@ def test_delete_file_leaves_nothing_in_any_table(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     with Store(tmp_path / "a.sqlite") as s:
         f = FileRow("memory/b.md", "memory", "h", 1.0, 1)
-        s.replace_file(
-            f, [chunk("memory/b.md", i, f"word{i} 寿司拉面{i}") for i in range(1, 5)], unit(rng, 4, 8)
-        )
+        s.replace_file(f, [chunk("memory/b.md", i, f"word{i} 寿司拉面{i}") for i in range(1, 5)], unit(rng, 4, 8))
         s.delete_file("memory/b.md")
         assert s.counts() == {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
         assert fts_instances(s, "chunks_fts") == 0

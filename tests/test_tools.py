@@ -28,8 +28,21 @@ def mem(workspace: Path, tmp_path: Path, make_memory: Callable[..., Memory]) -> 
 
 @pytest.mark.parametrize(
     "path",
-    ["../x.md", "/etc/passwd", "memory/../../x.md", "memory/link.md", "memory/linkdir/x.md", "MEMORY.md\x00.txt",
-     "", "AGENTS.md", "notes/secret.txt", "memory/../AGENTS.md", "../outside/x.md", "~/x.md", "memory"],
+    [
+        "../x.md",
+        "/etc/passwd",
+        "memory/../../x.md",
+        "memory/link.md",
+        "memory/linkdir/x.md",
+        "MEMORY.md\x00.txt",
+        "",
+        "AGENTS.md",
+        "notes/secret.txt",
+        "memory/../AGENTS.md",
+        "../outside/x.md",
+        "~/x.md",
+        "memory",
+    ],
 )
 def test_refused_paths_return_an_error(mem: Memory, path: str) -> None:
     res = mem.get(path)
@@ -45,8 +58,12 @@ def test_absolute_path_outside_workspace_is_refused(mem: Memory, tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("path", "text"),
-    [("MEMORY.md", "one\ntwo\nthree\nfour\nfive"), ("memory/2026-01-01.md", "daily\nlog"),
-     ("memory/sub/deep.md", "deep note"), ("notes/extra.md", "extra note")],
+    [
+        ("MEMORY.md", "one\ntwo\nthree\nfour\nfive"),
+        ("memory/2026-01-01.md", "daily\nlog"),
+        ("memory/sub/deep.md", "deep note"),
+        ("notes/extra.md", "extra note"),
+    ],
 )
 def test_allowed_paths(mem: Memory, path: str, text: str) -> None:
     assert mem.get(path) == {"path": path, "text": text}

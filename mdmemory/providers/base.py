@@ -105,7 +105,7 @@ class EmbeddingProvider(ABC):
         blob = json.dumps({"provider": self.id, "model": self.model, **self.identity()}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release the model or client. Safe to call twice."""
 
     # -- the shared pipeline ------------------------------------------------------------------------

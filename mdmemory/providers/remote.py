@@ -252,9 +252,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 try:
                     import openai
                 except ImportError as exc:
-                    raise ProviderError(
-                        "The openai package is not installed: pip install 'mdmemory[remote]'"
-                    ) from exc
+                    raise ProviderError("The openai package is not installed: pip install 'mdmemory[remote]'") from exc
                 self._openai = openai
                 self._client = openai.OpenAI(
                     api_key=self._api_key.value,
@@ -337,9 +335,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
             return self._map_status(exc.status_code, exc.response.headers, self._server_message(exc))
         if isinstance(exc, openai.APIResponseValidationError):
             return self._malformed("it does not match the embeddings schema")
-        return ProviderError(
-            f"{self.base_url} request failed: {type(exc).__name__}: {self._redact(str(exc))}"
-        )
+        return ProviderError(f"{self.base_url} request failed: {type(exc).__name__}: {self._redact(str(exc))}")
 
     def _map_status(self, status: int, headers: Mapping[str, str], message: str) -> ProviderError:
         detail = f"HTTP {status} from {self.base_url}/embeddings" + (f": {message}" if message else "")
@@ -366,8 +362,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 "max_batch_tokens or max_batch_size"
             )
         return ProviderError(
-            f"{detail}. The server rejected the request: check the model name ({self.model!r}) and "
-            "remote.dimensions"
+            f"{detail}. The server rejected the request: check the model name ({self.model!r}) and remote.dimensions"
         )
 
     def _server_message(self, exc: Any) -> str:

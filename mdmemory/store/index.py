@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,9 @@ from mdmemory.store.schema import migrate
 from mdmemory.store.vectors import decode_vector, encode_vector
 
 _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
+EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
+COARSE_FACTOR = 10  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
+COARSE_MIN = 400
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Store:
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         self.path = Path(path)
+        self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
         self.conn = connect(self.path, readonly=readonly)
         if not readonly:
             try:
@@ -71,6 +76,26 @@ class Store:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[None]:
+        """A write transaction; memoised values are dropped if it rolls back."""
+        try:
+            with transaction(self.conn):
+                yield
+        except BaseException:
+            self._memo.clear()
+            raise
+
+    def _memoised(self, name: str, compute: Any) -> Any:
+        """Cache a value until this or another connection commits a change."""
+        key = (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
+        hit = self._memo.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = compute()
+        self._memo[name] = (key, value)
+        return value
 
     # -- meta -------------------------------------------------------------------------------------
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -98,7 +123,7 @@ class Store:
         """Replace every row of ``file.path`` with ``chunks`` (and their vectors) in one transaction."""
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: {len(vectors)} vectors for {len(chunks)} chunks")
-        with transaction(self.conn):
+        with self._tx():
             self._delete_rows(file.path)
             ids: list[int] = []
             for c in chunks:
@@ -109,41 +134,47 @@ class Store:
                 )
                 ids.append(int(cur.lastrowid))
             if vectors is not None and len(ids):
-                self._ensure_vec_table(int(vectors.shape[1]))
-                self.conn.executemany(
-                    "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)",
-                    [(i, encode_vector(v)) for i, v in zip(ids, vectors, strict=True)],
-                )
+                self._insert_vectors(ids, vectors)
             self.conn.execute(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size, encoding_errors, chunks, indexed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, len(ids),
-                 time.time()),
+                (file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, len(ids), time.time()),
             )
 
     def delete_file(self, path: str) -> None:
         """Remove a file and every row derived from it, in one transaction."""
-        with transaction(self.conn):
+        with self._tx():
             self._delete_rows(path)
             self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
     def clear(self) -> None:
         """Remove every file, chunk and vector (the embedding cache is kept)."""
-        with transaction(self.conn):
+        with self._tx():
             self.conn.execute("DELETE FROM chunks")
             self.conn.execute("DELETE FROM files")
+            self.conn.execute("DELETE FROM chunk_vectors")
             self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
+            self.conn.execute("DROP TABLE IF EXISTS chunks_vec_bits")
             self.conn.execute("DELETE FROM meta WHERE key = 'vec_dims'")
 
     def _delete_rows(self, path: str) -> None:
-        if self.vec_dims() is not None:
-            self.conn.execute("DELETE FROM chunks_vec WHERE rowid IN (SELECT id FROM chunks WHERE path = ?)", (path,))
+        ids = [(r[0],) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
+        if ids and self.vec_dims() is not None:
+            # one statement per rowid: vec0 resolves `rowid = ?` directly but scans for `rowid IN (...)`
+            self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ids)
+            if self._has_bits():
+                self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
+            self.conn.executemany("DELETE FROM chunk_vectors WHERE id = ?", ids)
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
 
     # -- vectors ----------------------------------------------------------------------------------
     def vec_dims(self) -> int | None:
-        dims = self.get_meta("vec_dims")
+        dims = self._memoised("vec_dims", lambda: self.get_meta("vec_dims"))
         return int(dims) if dims is not None else None
+
+    def _has_bits(self) -> bool:
+        dims = self.vec_dims()
+        return dims is not None and dims % 8 == 0
 
     def _ensure_vec_table(self, dims: int) -> None:
         current = self.vec_dims()
@@ -158,18 +189,64 @@ class Store:
             f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] "
             "distance_metric=cosine)"
         )
+        if dims % 8 == 0:
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec_bits USING vec0(embedding bit[{dims}])")
         self.set_meta("vec_dims", dims)
 
+    def _insert_vectors(self, ids: list[int], vectors: np.ndarray) -> None:
+        self._ensure_vec_table(int(vectors.shape[1]))
+        rows = list(zip(ids, [encode_vector(v) for v in vectors], strict=True))
+        self.conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", rows)
+        self.conn.executemany("INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)", rows)
+        if self._has_bits():
+            codes = np.packbits(vectors > 0, axis=1)
+            self.conn.executemany(
+                "INSERT INTO chunks_vec_bits(rowid, embedding) VALUES (?, vec_bit(?))",
+                [(i, c.tobytes()) for i, c in zip(ids, codes, strict=True)],
+            )
+
+    def vector_count(self) -> int:
+        if self.vec_dims() is None:
+            return 0
+        return int(
+            self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0])
+        )
+
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nearest chunks by cosine distance, through sqlite-vec's KNN index form."""
+        """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
+
+        Up to ``EXACT_KNN_MAX_ROWS`` vectors the float index answers exactly. Above that, sqlite-vec finds
+        the nearest 1-bit codes (Hamming distance on the signs, 32x less data to scan), and those
+        candidates are rescored with their exact float vectors.
+        """
         if self.vec_dims() is None or k <= 0:
             return []
-        rows = self.conn.execute(
-            "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
-            "SELECT rowid, distance FROM knn ORDER BY distance",
-            (encode_vector(query), int(k)),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        query = np.asarray(query, dtype=np.float32)
+        if not self._has_bits() or self.vector_count() <= EXACT_KNN_MAX_ROWS:
+            rows = self.conn.execute(
+                "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
+                "SELECT rowid, distance FROM knn ORDER BY distance",
+                (encode_vector(query), int(k)),
+            ).fetchall()
+            return [(int(r[0]), float(r[1])) for r in rows]
+        coarse = max(k * COARSE_FACTOR, COARSE_MIN)
+        candidates = [
+            int(r[0])
+            for r in self.conn.execute(
+                "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
+                "SELECT rowid FROM knn",
+                (np.packbits(query > 0).tobytes(), coarse),
+            )
+        ]
+        found = self.vectors_for(candidates)
+        if not found:
+            return []
+        ids = list(found)
+        matrix = np.stack([found[i] for i in ids])
+        norm = float(np.linalg.norm(query)) or 1.0
+        sims = matrix @ (query / norm) / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+        order = np.argsort(-sims, kind="stable")[:k]
+        return [(ids[i], float(1.0 - sims[i])) for i in order]
 
     def vectors_for(self, ids: Sequence[int]) -> dict[int, np.ndarray]:
         if self.vec_dims() is None or not ids:
@@ -178,7 +255,7 @@ class Store:
         for part in _batched(list(ids)):
             marks = ",".join("?" * len(part))
             for rid, blob in self.conn.execute(
-                f"SELECT rowid, embedding FROM chunks_vec WHERE rowid IN ({marks})", tuple(part)
+                f"SELECT id, embedding FROM chunk_vectors WHERE id IN ({marks})", tuple(part)
             ):
                 out[int(rid)] = decode_vector(blob)
         return out
@@ -245,7 +322,7 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         one = lambda sql: int(self.conn.execute(sql).fetchone()[0])  # noqa: E731
-        vectors = one("SELECT count(*) FROM chunks_vec") if self.vec_dims() is not None else 0
+        vectors = self.vector_count()
         return {
             "files": one("SELECT count(*) FROM files"),
             "chunks": one("SELECT count(*) FROM chunks"),
@@ -269,7 +346,7 @@ class Store:
 
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         now = time.time()
-        with transaction(self.conn):
+        with self._tx():
             self.conn.executemany(
                 "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -279,7 +356,7 @@ class Store:
     def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
         """Mark cache entries as recently used so pruning keeps them."""
         now = time.time()
-        with transaction(self.conn):
+        with self._tx():
             self.conn.executemany(
                 "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
                 "AND hash = ?",
@@ -292,7 +369,7 @@ class Store:
         excess = total - max_entries
         if excess <= 0:
             return 0
-        with transaction(self.conn):
+        with self._tx():
             self.conn.execute(
                 "DELETE FROM embedding_cache WHERE (provider, model, provider_key, hash) IN "
                 "(SELECT provider, model, provider_key, hash FROM embedding_cache ORDER BY updated_at LIMIT ?)",

@@ -8,7 +8,6 @@ import sqlean
 
 from mdmemory.store.connection import transaction
 
-
 _M1_STATEMENTS = [
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
@@ -76,6 +75,9 @@ _M1_STATEMENTS = [
     INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
     INSERT INTO chunks_trigram(rowid, text) VALUES (new.id, new.text);
     END
+    """,
+    """
+    CREATE TABLE chunk_vectors (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL)
     """,
     """
     CREATE TABLE embedding_cache (
