@@ -28,7 +28,23 @@ from mdmemory.config import HybridConfig
 from mdmemory.store import ChunkRow, Store
 from mdmemory.tokens import CJK_RUN
 
+# Function words dropped from the keyword query when it has other terms: they match nearly every chunk,
+# carry almost no BM25 weight, and make FTS5 score every row. Exact-hit detection still uses all terms.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    tell say said know remember recall""".split()
+)
 SNIPPET_CHARS = 700
+# In a large index a term found in more than PRUNE_FRACTION of all chunks (a name in every line of a chat
+# log, say) is dropped from the keyword query when rarer terms remain: FTS5 would score every one of those
+# rows for a term whose BM25 weight is small. Indexes under PRUNE_MIN_CHUNKS are always searched exactly.
+PRUNE_MIN_CHUNKS = 20_000
+PRUNE_FRACTION = 0.10
 MAX_QUERY_TERMS = 64
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -57,6 +73,12 @@ def query_terms(query: str) -> list[str]:
         if tok:
             seen.setdefault(tok, None)
     return list(seen)[:MAX_QUERY_TERMS]
+
+
+def keyword_terms(terms: Sequence[str]) -> list[str]:
+    """The terms worth sending to FTS5: stop words are dropped unless nothing else is left."""
+    content = [t for t in terms if t not in STOP_WORDS]
+    return content or list(terms)
 
 
 def fts_match(terms: Sequence[str]) -> str | None:
@@ -233,6 +255,15 @@ def search(
     return SearchOutcome(hits[:max_results], mode, snippet_terms)
 
 
+def _prune_common(store: Store, terms: list[str]) -> list[str]:
+    total = store.chunk_count()
+    if len(terms) < 2 or total < PRUNE_MIN_CHUNKS:
+        return terms
+    limit = int(total * PRUNE_FRACTION)
+    rare = [t for t in terms if store.term_frequency_at_least(fts_match([t]) or "", limit) < limit]
+    return rare or terms
+
+
 def _keyword_scores(store: Store, query: str, terms: list[str], k: int) -> dict[int, float]:
     scores: dict[int, float] = {}
 
@@ -240,7 +271,7 @@ def _keyword_scores(store: Store, query: str, terms: list[str], k: int) -> dict[
         for rid, s in found.items():
             scores[rid] = max(scores.get(rid, 0.0), s)
 
-    match = fts_match(terms)
+    match = fts_match(_prune_common(store, keyword_terms(terms)))
     if match:
         merge(normalise_bm25(store.keyword(match, k)))
     tri, short = cjk_match(query)

@@ -190,3 +190,33 @@ def test_contains_all_terms() -> None:
     assert contains_all_terms("Crème brûlée", ["creme", "brulee"])
     assert contains_all_terms("我喜欢吃寿司和拉面", ["寿司"])
     assert not contains_all_terms("anything", [])
+
+
+def test_common_terms_are_pruned_only_in_large_indexes(
+    workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mdmemory.search as search_mod
+
+    for i in range(30):
+        extra = " quokka sighting" if i == 7 else ""
+        write(workspace / "memory" / f"2026-03-{i + 1:02d}.md", f"# Day {i}\n\nCaroline wrote notes{extra}.\n")
+    mem = make_memory(provider="none")
+    mem.sync()
+    calls: list[str] = []
+    original = mem.store.keyword
+
+    def spy(match: str, k: int) -> list[tuple[int, float]]:
+        calls.append(match)
+        return original(match, k)
+
+    monkeypatch.setattr(mem.store, "keyword", spy)
+    mem.search("caroline quokka")
+    assert calls[-1] == '"caroline" OR "quokka"'  # small index: exact query
+    monkeypatch.setattr(search_mod, "PRUNE_MIN_CHUNKS", 10)
+    res = mem.search("caroline quokka")
+    assert calls[-1] == '"quokka"'  # "caroline" is in every chunk: dropped
+    assert res["results"][0]["path"] == "memory/2026-03-08.md"
+    mem.search("caroline")
+    assert calls[-1] == '"caroline"'  # never prune the only term
+    mem.search("what did caroline say")
+    assert calls[-1] == '"caroline"'  # stop words dropped, the content word kept

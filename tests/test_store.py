@@ -125,3 +125,29 @@ def test_cache_prune_keeps_the_newest(tmp_path: Path) -> None:
         assert s.cache_prune(3) == 2
         assert set(s.cache_get("p", "m", "k", [f"h{i}" for i in range(5)])) == {"h0", "h3", "h4"}
         assert s.cache_get("p", "m", "other-key", ["h0"]) == {}
+
+
+def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mdmemory.store.index as index_mod
+
+    monkeypatch.setattr(index_mod, "EXACT_KNN_MAX_ROWS", 100)
+    rng = np.random.default_rng(5)
+    centres = unit(rng, 20, 64)
+    vecs = centres[rng.integers(0, 20, size=600)] + rng.normal(scale=0.08, size=(600, 64)).astype(np.float32)
+    vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
+    with Store(tmp_path / "a.sqlite") as s:
+        rows = [chunk("memory/k.md", i, f"text {i}") for i in range(600)]
+        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, vecs)
+        line_of = {c.id: c.start_line for c in s.chunks_of("memory/k.md")}
+        hits = 0
+        for _ in range(20):
+            q = vecs[rng.integers(600)] + rng.normal(scale=0.05, size=64).astype(np.float32)
+            q /= np.linalg.norm(q)
+            got = s.knn(q, 10)
+            truth = list(np.argsort(-(vecs @ q))[:10])
+            assert line_of[got[0][0]] == truth[0]  # the nearest neighbour is always found
+            dists = [d for _, d in got]
+            assert dists == sorted(dists)  # exact rescoring orders the candidates by true distance
+            assert dists[0] == pytest.approx(1 - float(vecs[truth[0]] @ q), abs=1e-5)
+            hits += len({line_of[i] for i, _ in got} & set(truth))
+        assert hits / 200 >= 0.9  # recall@10 of the coarse-then-rescore path

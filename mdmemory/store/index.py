@@ -20,8 +20,8 @@ from mdmemory.store.vectors import decode_vector, encode_vector
 
 _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
-COARSE_FACTOR = 10  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
-COARSE_MIN = 400
+COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
+COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
 
 
 @dataclass(frozen=True)
@@ -269,6 +269,16 @@ class Store:
             (match, int(k)),
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
+
+    def term_frequency_at_least(self, term_match: str, limit: int) -> int:
+        """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap)."""
+        row = self.conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (term_match, int(limit))
+        ).fetchone()
+        return int(row[0])
+
+    def chunk_count(self) -> int:
+        return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
 
     def trigram(self, match: str, k: int) -> list[tuple[int, float]]:
         """FTS5 trigram matches (CJK and substrings): (chunk id, bm25) best first."""
