@@ -17,7 +17,9 @@ from mdmemory.chunker import Chunk, chunk_markdown
 from mdmemory.config import MemorySearchConfig
 from mdmemory.errors import LockError, ProviderError
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.store import ChunkRow, FileRow, Store
+from mdmemory.store import ChunkRow, FileRow, Store, transaction
+from mdmemory.store.connection import remove_database
+from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
 from mdmemory.workspace import MemoryFile, Workspace, read_text
 
 SCHEMA_IDENTITY = 1
@@ -114,11 +116,39 @@ class Indexer:
             lock.release()
 
     def _sync_locked(self, *, force: bool, progress: Progress | None) -> SyncReport:
+        remove_orphans(self.store.path)
+        self.store.refresh()
+        if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
+            return self._rebuild(progress)
+        return self._update(progress)
+
+    def _rebuild(self, progress: Progress | None) -> SyncReport:
+        """Build a complete new index beside the live one, seeded from its embedding cache, then swap it in.
+
+        Until the swap, searches keep answering from the live index; if anything fails, the new file is
+        deleted and the live index is untouched.
+        """
+        target = next_generation(self.store.path)
+        fresh = Store(target)
+        try:
+            fresh.conn.execute("ATTACH DATABASE ? AS live", (str(live_file(self.store.path)),))
+            with transaction(fresh.conn):
+                fresh.conn.execute("INSERT OR IGNORE INTO main.embedding_cache SELECT * FROM live.embedding_cache")
+            fresh.conn.execute("DETACH DATABASE live")
+            report = Indexer(fresh, self.workspace, self.settings, self.provider)._update(progress)
+            report.rebuilt = True
+            fresh.close()
+            swap_in(self.store.path, target)
+        except BaseException:
+            fresh.close()
+            remove_database(target)
+            raise
+        self.store.reopen()
+        return report
+
+    def _update(self, progress: Progress | None) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
-        if force or not self.identity_matches():
-            report.rebuilt = self.store.get_meta("identity") is not None or force
-            self.store.clear()
         indexed = self.store.files()
         on_disk = self.workspace.discover()
         report.files = len(on_disk)

@@ -9,12 +9,14 @@ from typing import Any
 
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError
-from mdmemory.indexer import Indexer, Progress
-from mdmemory.providers.factory import ProviderChoice, choose
+from mdmemory.indexer import Indexer, Progress, SyncReport
+from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
 from mdmemory.store import Store
 from mdmemory.tools import get_file, search_response
 from mdmemory.workspace import Workspace
+
+FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 
 
 class Memory:
@@ -47,8 +49,57 @@ class Memory:
     @property
     def choice(self) -> ProviderChoice:
         if self._choice is None:
-            self._choice = choose(self.settings, self.agent.home, self.env)
+            self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
         return self._choice
+
+    def _persisted_fallback(self) -> ProviderChoice | None:
+        """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
+        state = self.store.get_meta("fallback")
+        if not state or state.get("to") != self.settings.fallback:
+            return None
+        if time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS:
+            return None
+        try:
+            provider = build(state["to"], self.settings, self.agent.home, self.env)
+        except ProviderError:
+            return None
+        reason = {"from": state["from"], "reason": state["reason"]}
+        return ProviderChoice(provider, self.settings.provider, fallback=reason)
+
+    def _take_over(self, exc: ProviderError) -> bool:
+        """Switch to the configured fallback after the primary kept failing; False if there is none."""
+        current = self.choice
+        target = self.settings.fallback
+        if target == "none" or target == current.name or current.fallback:
+            return False
+        try:
+            provider = build(target, self.settings, self.agent.home, self.env)
+        except ProviderError:
+            return False
+        if current.provider is not None:
+            current.provider.close()
+        self._choice = ProviderChoice(provider, current.requested, fallback={"from": current.name, "reason": str(exc)})
+        self._indexer = None
+        return True
+
+    def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
+        try:
+            report = self.indexer.sync(force=force, progress=progress, wait=wait)
+        except ProviderError as exc:
+            if not self._take_over(exc):
+                raise
+            report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
+        self._record_fallback()
+        return report
+
+    def _record_fallback(self) -> None:
+        fb = self.choice.fallback
+        state = self.store.get_meta("fallback")
+        if fb is None:
+            if state is not None:
+                self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
+        elif state is None or state.get("from") != fb["from"]:
+            self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
 
     @property
     def store(self) -> Store:
@@ -79,7 +130,7 @@ class Memory:
     # -- operations --------------------------------------------------------------------------------
     def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
         """Index new and changed memory files, drop removed ones. Returns the sync report."""
-        return self.indexer.sync(force=force, progress=progress).to_dict()
+        return self._sync(force=force, progress=progress).to_dict()
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
         """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""
@@ -170,7 +221,7 @@ class Memory:
         if not self.indexer.identity_matches() and self.store.get_meta("identity") is not None:
             return []
         try:
-            report = self.indexer.sync(wait=0)
+            report = self._sync(wait=0)
         except LockError:
             return ["another process is indexing; results may be a few seconds old"]
         except ProviderError as exc:

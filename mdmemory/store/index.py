@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -59,14 +60,33 @@ class Store:
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
         self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
-        self.conn = connect(self.path, readonly=readonly)
-        if not readonly:
+        self.conn = self._open()
+
+    def _open(self) -> sqlean.Connection:
+        self._inode = _inode(self.path)
+        conn = connect(self.path, readonly=self.readonly)
+        if not self.readonly:
             try:
-                migrate(self.conn)
+                migrate(conn)
             except sqlean.Error as exc:
-                self.conn.close()
+                conn.close()
                 raise StoreError(f"cannot prepare index {self.path}: {exc}") from exc
+        self._inode = _inode(self.path)
+        return conn
+
+    def refresh(self) -> bool:
+        """Reopen when a rebuild swapped a new index in (the store path points at another file)."""
+        if _inode(self.path) == self._inode:
+            return False
+        self.reopen()
+        return True
+
+    def reopen(self) -> None:
+        self.conn.close()
+        self._memo.clear()
+        self.conn = self._open()
 
     def close(self) -> None:
         self.conn.close()
@@ -386,6 +406,13 @@ class Store:
                 (excess,),
             )
         return excess
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return None
 
 
 def _like_escape(text: str) -> str:

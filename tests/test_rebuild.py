@@ -1,0 +1,131 @@
+"""Safe reindex: a new database beside the live one, an atomic swap, and nothing lost on failure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mdmemory.errors import ProviderError
+from mdmemory.memory import Memory
+from mdmemory.providers.factory import ProviderChoice
+from mdmemory.providers.hashing import HashEmbeddingProvider
+from mdmemory.store import Store
+from tests.conftest import REPO, write
+
+
+def leftovers(store_path: Path) -> list[str]:
+    return sorted(p.name for p in store_path.parent.iterdir() if p.name != store_path.name and ".lock" not in p.name)
+
+
+@pytest.fixture
+def notes(workspace: Path) -> Path:
+    for i in range(6):
+        write(workspace / "memory" / f"2026-04-0{i + 1}.md", f"# Day {i}\n\nThe heron number {i} waded.\n")
+    return workspace
+
+
+def test_provider_change_rebuilds_once_and_swaps_atomically(notes: Path, make_memory: Callable[..., Memory]) -> None:
+    first = make_memory()
+    first.sync()
+    path = first.store.path
+    reader = Store(path)  # another process's connection, open across the swap
+    before = reader.counts()
+    second = make_memory(memory_search={"provider": "hash"})
+    second._choice = ProviderChoice(HashEmbeddingProvider(dims=32), "hash")  # new dims -> new identity
+    report = second.sync()
+    assert report["rebuilt"] is True and report["indexed"] == 6
+    assert path.is_symlink() and os.readlink(path).startswith(path.name + ".g")
+    assert reader.counts() == before  # the old connection still sees a complete index
+    assert reader.refresh() is True
+    assert reader.vec_dims() == 32 and reader.counts()["chunks"] == before["chunks"]
+    reader.close()
+    assert second.sync()["rebuilt"] is False  # one rebuild, not a storm
+    names = leftovers(path)
+    assert all(n.startswith(os.readlink(path)) for n in names), names  # only the live generation remains
+    second.close()
+    third = make_memory(memory_search={"chunking": {"tokens": 64, "overlap": 8}})
+    third.sync()
+    assert [n for n in leftovers(path) if not n.startswith(os.readlink(path))] == []
+
+
+class FailingProvider(HashEmbeddingProvider):
+    def __init__(self, fail_after: int) -> None:
+        super().__init__(dims=48)
+        self.fail_after = fail_after
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        if self.calls >= self.fail_after:
+            raise ProviderError("simulated outage")
+        return super().embed_batch(texts)
+
+
+def test_failed_rebuild_keeps_the_old_index_and_leaves_no_files(
+    notes: Path, make_memory: Callable[..., Memory]
+) -> None:
+    first = make_memory()
+    first.sync()
+    path = first.store.path
+    before = first.search("heron")
+    first.close()
+    broken = make_memory()
+    broken._choice = ProviderChoice(FailingProvider(fail_after=2), "hash")
+    with pytest.raises(ProviderError):
+        broken.sync()
+    assert leftovers(path) == [] or all(n.startswith(path.name + "-") for n in leftovers(path))
+    assert not path.is_symlink()
+    again = make_memory()
+    assert again.search("heron")["results"] == before["results"]
+
+
+SLOW_REBUILD = r"""
+import sys, time
+from mdmemory.config import load_config
+from mdmemory.memory import Memory
+from mdmemory.providers.factory import ProviderChoice
+from mdmemory.providers.hashing import HashEmbeddingProvider
+
+class Slow(HashEmbeddingProvider):
+    def embed_batch(self, texts):
+        open(sys.argv[2], "w").close()
+        time.sleep(0.2)
+        return super().embed_batch(texts)
+
+agent = load_config(sys.argv[1]).agent()
+mem = Memory(agent, choice=ProviderChoice(Slow(dims=40), "hash"))
+mem.sync()
+"""
+
+
+def test_killed_rebuild_leaves_the_old_index_searchable(
+    notes: Path, make_memory: Callable[..., Memory], tmp_path: Path
+) -> None:
+    first = make_memory()
+    first.sync()
+    path = first.store.path
+    expected = first.search("heron number 3")["results"]
+    first.close()
+    script = tmp_path / "slow.py"
+    script.write_text(SLOW_REBUILD)
+    started = tmp_path / "embedding-started"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "config-0.json5"), str(started)], cwd=REPO, env=os.environ.copy()
+    )
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert any(".g" in n for n in leftovers(path))  # it was killed midway through writing the new index
+    survivor = make_memory()
+    assert survivor.search("heron number 3")["results"] == expected
+    survivor.sync()  # the next writer removes the dead rebuild's files
+    assert not any(".g" in n for n in leftovers(path))
