@@ -57,6 +57,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="show index state, staleness and warnings")
     p.set_defaults(func=cmd_status)
+
+    model = sub.add_parser("model", help="download or convert local embedding models")
+    msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
+    p = msub.add_parser("pull", parents=[common], help="download a GGUF model ahead of time")
+    p.add_argument("uri", nargs="?", help="hf:owner/repo/file.gguf (default: memorySearch.local.modelPath)")
+    p.set_defaults(func=cmd_model_pull)
+    p = msub.add_parser("convert", parents=[common], help="convert a sentence-transformers BERT folder to GGUF")
+    p.add_argument("src", help="folder with config.json, vocab.txt, model.safetensors")
+    p.add_argument("out", help="the .gguf file to write")
+    p.add_argument("--type", dest="out_type", choices=["f32", "f16", "q8_0"], default="f16")
+    p.set_defaults(func=cmd_model_convert, needs_memory=False)
     return parser
 
 
@@ -124,6 +135,26 @@ def cmd_status(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], C
     return mem.status(), _format_status
 
 
+def cmd_model_pull(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    from mdmemory.providers.factory import model_cache_dir
+    from mdmemory.providers.local import pull_model
+
+    uri = args.uri or mem.settings.model or mem.settings.local.model_path
+    cache = model_cache_dir(mem.settings, mem.agent.home)
+    path = pull_model(uri, cache)
+    return {"uri": uri, "path": str(path), "bytes": path.stat().st_size}, lambda r: f"{r['uri']} -> {r['path']}"
+
+
+def cmd_model_convert(
+    args: argparse.Namespace, mem: Memory | None
+) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    from mdmemory.convert import convert_bert
+
+    out = convert_bert(args.src, args.out, out_type=args.out_type)
+    result = {"source": args.src, "path": str(out), "type": args.out_type, "bytes": out.stat().st_size}
+    return result, lambda r: f"wrote {r['path']} ({r['type']}, {r['bytes']} bytes)"
+
+
 def _format_status(s: dict[str, Any]) -> str:
     lines = [
         f"agent       {s['agent']}",
@@ -150,11 +181,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     as_json = getattr(args, "json", False)
     try:
-        mem = Memory.open(agent=args.agent, config_path=args.config)
-        try:
-            result, fmt = args.func(args, mem)
-        finally:
-            mem.close()
+        if not getattr(args, "needs_memory", True):
+            result, fmt = args.func(args, None)
+        else:
+            mem = Memory.open(agent=args.agent, config_path=args.config)
+            try:
+                result, fmt = args.func(args, mem)
+            finally:
+                mem.close()
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE, as_json)
     except MdMemoryError as exc:

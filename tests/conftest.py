@@ -16,6 +16,8 @@ from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 
+pytest_plugins = ["tests.conftest_gguf", "tests.fake_openai"]
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 MINILM = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"

@@ -1,0 +1,143 @@
+"""Indexing throughput with the shared MiniLM GGUF: mdmemory end to end vs raw llama-cpp-python.
+
+Writes a workspace of daily logs (a few hundred ~400-token chunks), indexes it with mdmemory's real
+pipeline (discovery, chunking with the model's tokenizer, embedding through the local provider, SQLite
+writes), then embeds exactly the same texts with a bare ``llama_cpp.Llama`` in the same process.
+Target: mdmemory time / raw time <= 1.10.
+
+    python benchmarks/index_throughput.py [--chunks 300] [--model PATH] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mdmemory.config import load_config  # noqa: E402
+from mdmemory.indexer import embedding_input  # noqa: E402
+from mdmemory.memory import Memory  # noqa: E402
+
+DEFAULT_MODEL = Path(__file__).resolve().parent.parent.parent / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
+SUBJECTS = "Dana Mika the team our landlord the vet my sister Priya the client Tomás".split(" ")
+VERBS = ["decided to", "asked us to", "promised to", "forgot to", "wants to", "will try to", "agreed to"]
+OBJECTS = [
+    "move the backups to the new NAS before Friday",
+    "book the flights to Kyoto for the second week of May",
+    "switch the database index to sqlite-vec and measure recall again",
+    "water the tomatoes and basil every other evening while we are away",
+    "renew the passport and scan the receipt into the tax folder",
+    "review the pull request about the watcher debounce and the polling fallback",
+    "call the plumber about the leaking kitchen tap on Thursday morning",
+    "prepare the slides for the quarterly planning meeting with finance",
+]
+
+
+def write_workspace(root: Path, chunks: int, seed: int = 3) -> None:
+    rng = np.random.default_rng(seed)
+    (root / "memory").mkdir(parents=True)
+    sections_per_file = 4
+    files = max(1, chunks // sections_per_file)
+    for f in range(files):
+        lines = [f"# 2026-{1 + f // 28:02d}-{1 + f % 28:02d}", ""]
+        for s in range(sections_per_file):
+            lines += [f"## {9 + s * 3:02d}:{rng.integers(0, 60):02d} — notes", ""]
+            for _ in range(14):  # ~14 sentences of ~25 tokens: one ~400-token chunk per section
+                lines.append(
+                    f"- {rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}; "
+                    f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}."
+                )
+            lines.append("")
+        (root / "memory" / f"2026-{1 + f // 28:02d}-{1 + f % 28:02d}.md").write_text("\n".join(lines))
+
+
+def raw_embed(model: Path, texts: list[str], threads: int) -> float:
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        str(model),
+        embedding=True,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        flash_attn=True,
+        n_threads=threads,
+        verbose=False,
+    )
+    llm.embed(texts[0], normalize=True)  # warm-up, like the provider's load
+    started = time.perf_counter()
+    for text in texts:
+        llm.embed(text, normalize=True)
+    elapsed = time.perf_counter() - started
+    llm.close()
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chunks", type=int, default=300)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    threads = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_workspace(root / "ws", args.chunks)
+        cfg = root / "config.json5"
+        cfg.write_text(
+            json.dumps(
+                {
+                    "agents": {
+                        "defaults": {
+                            "workspace": str(root / "ws"),
+                            "memorySearch": {
+                                "provider": "local",
+                                "local": {"modelPath": str(args.model), "threads": threads},
+                                "store": {"path": str(root / "index.sqlite")},
+                            },
+                        }
+                    }
+                }
+            )
+        )
+        os.environ["MDMEMORY_HOME"] = str(root / "home")
+        mem = Memory(load_config(cfg).agent())
+        provider = mem.choice.provider
+        provider.load()  # model load is not part of either measurement
+        provider.embed_query("warm-up")
+        started = time.perf_counter()
+        report = mem.sync()
+        md_seconds = time.perf_counter() - started
+        texts = [embedding_input(c) for path in sorted(mem.store.files()) for c in mem.store.chunks_of(path)]
+        texts = [provider.prepare_document(t) for t in texts]
+        mem.close()
+        raw_seconds = raw_embed(args.model, texts, threads)
+    n = report["embedded"]
+    result = {
+        "chunks": report["chunks"],
+        "embedded": n,
+        "threads": threads,
+        "mdmemory_seconds": round(md_seconds, 2),
+        "raw_seconds": round(raw_seconds, 2),
+        "mdmemory_chunks_per_s": round(n / md_seconds, 2),
+        "raw_chunks_per_s": round(len(texts) / raw_seconds, 2),
+        "ratio": round(md_seconds / raw_seconds, 3),
+    }
+    print(f"chunks {result['chunks']} (embedded {n}), {threads} threads")
+    print(f"mdmemory index: {md_seconds:7.2f} s  {result['mdmemory_chunks_per_s']:6.2f} chunks/s")
+    print(f"raw llama-cpp : {raw_seconds:7.2f} s  {result['raw_chunks_per_s']:6.2f} chunks/s")
+    print(f"ratio mdmemory/raw = {result['ratio']:.3f} (target <= 1.10)")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,345 @@
+"""Local embeddings from a GGUF model through llama-cpp-python (``provider: "local"``).
+
+The model is a file path or ``hf:owner/repo/file.gguf`` (resolved in a Hugging Face cache folder; downloaded
+only when allowed, or by ``pull_model``). ``llama_cpp`` is imported and the model loaded on first use.
+
+llama.cpp aborts the whole process (a C-level abort, not an exception) when one sequence has more tokens
+than ``n_ubatch`` or than the model's trained context. So every text is measured with the model's own
+tokenizer, special tokens and prefix included, and cut to fit before it reaches ``embed``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mdmemory.errors import ProviderError
+from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.tokens import truncate_to_tokens
+
+HF_PREFIX = "hf:"
+INSTALL_HINT = "install the local extra: pip install 'mdmemory[local]'"
+MIN_CONTEXT = 16
+
+# (pattern on the model's file name / URI / GGUF name, query prefix, document prefix)
+_FAMILY_PREFIXES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"embedding-?gemma"), "task: search result | query: ", "title: none | text: "),
+    (re.compile(r"nomic"), "search_query: ", "search_document: "),
+    (re.compile(r"(?<![a-z0-9])e5(?![0-9a-z])"), "query: ", "passage: "),
+    (
+        re.compile(r"bge-(small|base|large)-en"),
+        "Represent this sentence for searching relevant passages: ",
+        "",
+    ),
+)
+
+
+def family_prefixes(*names: str) -> tuple[str, str]:
+    """Known (query, document) prefixes for a model family recognised in ``names``; ("", "") otherwise."""
+    text = " ".join(names).lower().replace("_", "-")
+    for pattern, query, document in _FAMILY_PREFIXES:
+        if pattern.search(text):
+            return query, document
+    return "", ""
+
+
+# -- model files ----------------------------------------------------------------------------------------
+
+
+def parse_hf_uri(uri: str) -> tuple[str, str]:
+    """Split ``hf:owner/repo/path/file.gguf`` into (``owner/repo``, ``path/file.gguf``)."""
+    parts = uri[len(HF_PREFIX) :].strip("/").split("/")
+    if not uri.startswith(HF_PREFIX) or len(parts) < 3 or not all(parts):
+        raise ProviderError(f"bad model URI {uri!r}: expected hf:owner/repo/file.gguf")
+    return "/".join(parts[:2]), "/".join(parts[2:])
+
+
+def _hub() -> Any:
+    try:
+        import huggingface_hub
+    except ImportError as exc:
+        raise ProviderError(f"hf: model URIs need huggingface_hub: {INSTALL_HINT}") from exc
+    return huggingface_hub
+
+
+def resolve_model_path(model_path: str, cache_dir: Path, allow_download: bool = False) -> Path:
+    """Local file for ``model_path`` (a path or ``hf:`` URI). Downloads only when ``allow_download``."""
+    if not model_path.startswith(HF_PREFIX):
+        path = Path(model_path).expanduser()
+        if not path.is_file():
+            raise ProviderError(
+                f"local embedding model {path} does not exist: set memorySearch.local.modelPath to a .gguf "
+                "file, or to hf:owner/repo/file.gguf"
+            )
+        return path
+    repo_id, filename = parse_hf_uri(model_path)
+    try:
+        found = _hub().hf_hub_download(repo_id, filename, cache_dir=str(cache_dir), local_files_only=not allow_download)
+    except Exception as exc:  # offline, not cached, 404, network: all mean "no file"
+        how = "the download failed" if allow_download else "it is not in the cache and downloads are off"
+        raise ProviderError(
+            f"model {model_path} is not available ({how}: {type(exc).__name__}). Cache folder: {cache_dir}. "
+            f"Run `mdmemory model pull {model_path}` while online, or download {filename} from "
+            f"https://huggingface.co/{repo_id} yourself and set memorySearch.local.modelPath to that file"
+        ) from exc
+    return Path(found)
+
+
+def is_model_available(model_path: str, cache_dir: Path) -> bool:
+    """True when the model file is on disk already (never downloads); for provider auto-selection."""
+    if not model_path.startswith(HF_PREFIX):
+        return Path(model_path).expanduser().is_file()
+    try:
+        repo_id, filename = parse_hf_uri(model_path)
+        found = _hub().try_to_load_from_cache(repo_id, filename, cache_dir=str(cache_dir))
+    except ProviderError:
+        return False
+    return isinstance(found, str) and Path(found).is_file()
+
+
+def pull_model(uri: str, cache_dir: Path) -> Path:
+    """Download an ``hf:`` model into ``cache_dir`` with a progress bar; returns the local file."""
+    if not uri.startswith(HF_PREFIX):
+        raise ProviderError(f"only hf:owner/repo/file.gguf models can be pulled, not {uri!r}")
+    return resolve_model_path(uri, cache_dir, allow_download=True)
+
+
+_GGUF_SCALAR = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+
+
+def read_gguf_header(path: Path) -> dict[str, Any]:
+    """Scalar and string metadata of a GGUF file, up to the tokenizer arrays (cheap; no tensors read).
+
+    Raises ``ProviderError`` when the file is not a GGUF file.
+    """
+
+    def read(fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        raw = fh.read(size)
+        if len(raw) != size:
+            raise ProviderError(f"{path} is truncated: download or convert the model again")
+        return struct.unpack(fmt, raw)[0]
+
+    def read_str() -> str:
+        return fh.read(read("<Q")).decode("utf-8", errors="replace")
+
+    meta: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF" or read("<I") < 2:
+                raise ProviderError(f"{path} is not a GGUF model file (v2+): convert it with mdmemory.convert")
+            read("<Q")  # tensor count
+            for _ in range(read("<Q")):
+                key, vtype = read_str(), read("<I")
+                if key.startswith("tokenizer.") or vtype == 9:  # arrays (vocabularies) come last: stop
+                    break
+                meta[key] = read_str() if vtype == 8 else read(_GGUF_SCALAR[vtype])
+    except OSError as exc:
+        raise ProviderError(f"cannot read model file {path}: {exc}") from exc
+    except KeyError as exc:
+        raise ProviderError(f"{path} has unknown GGUF metadata: is the file corrupt?") from exc
+    return meta
+
+
+# -- the provider ---------------------------------------------------------------------------------------
+
+
+class LocalEmbeddingProvider(EmbeddingProvider):
+    """Embeddings from a local GGUF model (llama-cpp-python), one sequence per llama.cpp call."""
+
+    id = "local"
+    max_batch_size = 32
+
+    def __init__(
+        self,
+        model_path: str,
+        cache_dir: Path,
+        threads: int | None = None,
+        context_size: int | None = None,
+        query_prefix: str | None = None,
+        document_prefix: str | None = None,
+        allow_download: bool = False,
+        repack: bool = True,
+    ) -> None:
+        """``repack=False`` mirrors llama.cpp's ``--no-repack``: weights stay in their file layout, no
+        AMX/ARM repacked kernels (use it where those kernels crash, e.g. AMX in some VMs)."""
+        if context_size is not None and context_size < MIN_CONTEXT:
+            raise ProviderError(f"local context size {context_size} is too small: use at least {MIN_CONTEXT}")
+        self.model_path = str(model_path)
+        self.cache_dir = Path(cache_dir)
+        self.threads = threads or os.cpu_count() or 1
+        self.context_size = context_size
+        self.allow_download = allow_download
+        self.repack = repack
+        is_hf = self.model_path.startswith(HF_PREFIX)
+        self.file_name = parse_hf_uri(self.model_path)[1] if is_hf else Path(self.model_path).name
+        self.model = self.model_path if is_hf else self.file_name
+        names = [self.model_path]
+        local = Path(self.model_path).expanduser()
+        if not is_hf and local.is_file():
+            try:
+                header = read_gguf_header(local)
+            except ProviderError:
+                header = {}  # load() reports the bad file; construction stays cheap and lazy
+            names += [str(header.get("general.name", "")), str(header.get("general.basename", ""))]
+        default_query, default_document = family_prefixes(*names)
+        self.query_prefix = default_query if query_prefix is None else query_prefix
+        self.document_prefix = default_document if document_prefix is None else document_prefix
+        self.dims = None
+        self.max_input_tokens = context_size or 512  # replaced by the real limit in load()
+        self._llm: Any = None
+        self._lock = threading.RLock()
+
+    # -- loading ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Resolve and load the model now (idempotent); then ``dims`` and ``max_input_tokens`` are exact."""
+        with self._lock:
+            if self._llm is not None:
+                return
+            path = resolve_model_path(self.model_path, self.cache_dir, self.allow_download)
+            header = read_gguf_header(path)
+            arch = header.get("general.architecture")
+            n_ctx_train = header.get(f"{arch}.context_length")
+            if not isinstance(n_ctx_train, int) or n_ctx_train <= 0:
+                raise ProviderError(f"{path} has no {arch}.context_length: is it a complete GGUF model?")
+            n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
+            llama_cpp = _import_llama_cpp()
+            try:
+                with _model_params(llama_cpp, repack=self.repack):
+                    llm = llama_cpp.Llama(
+                        model_path=str(path),
+                        embedding=True,
+                        n_ctx=n,
+                        n_batch=n,
+                        n_ubatch=n,
+                        flash_attn=True,
+                        n_threads=self.threads,
+                        n_threads_batch=self.threads,
+                        verbose=False,
+                    )
+            except (ValueError, RuntimeError, OSError) as exc:
+                raise ProviderError(
+                    f"llama.cpp cannot load {path} ({exc}): the file is damaged or not an embedding model "
+                    "this llama-cpp-python supports; download or convert it again"
+                ) from exc
+            self._llm = llm
+            self.dims = int(llm.n_embd())
+            self.max_input_tokens = n
+
+    def close(self) -> None:
+        with self._lock:
+            llm, self._llm = self._llm, None
+            if llm is not None:
+                llm.close()
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def identity(self) -> dict[str, object]:
+        return {
+            "file": self.file_name,
+            "query_prefix": self.query_prefix,
+            "document_prefix": self.document_prefix,
+            "context_size": self.context_size,
+        }
+
+    def prepare_document(self, text: str) -> str:
+        return self.document_prefix + text
+
+    def prepare_query(self, text: str) -> str:
+        return self.query_prefix + text
+
+    def count_tokens(self, text: str) -> int:
+        """Exact tokens llama.cpp feeds the model for ``text``, special tokens ([CLS], [SEP]...) included."""
+        return len(self._tokenize(text))
+
+    def truncate(self, text: str) -> str:
+        """Longest prefix of ``text`` whose tokens, specials included, fit the loaded context."""
+        self.load()
+        limit = self.max_input_tokens
+        if self.count_tokens(text) <= limit:
+            return text
+        # bound the search: grow a prefix until it no longer fits, then binary-search inside it
+        end = min(len(text), limit * 4)
+        while end < len(text) and self.count_tokens(text[:end]) <= limit:
+            end = min(len(text), end * 2)
+        return truncate_to_tokens(text[:end], limit, self.count_tokens)
+
+    def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
+        self.load()
+        assert self.dims is not None
+        out = np.empty((len(texts), self.dims), dtype=np.float32)
+        with self._lock:
+            for row, text in enumerate(texts):
+                if self.count_tokens(text) > self.max_input_tokens:
+                    text = self.truncate(text)  # never let an over-long sequence reach llama.cpp
+                try:
+                    vector = np.asarray(self._llm.embed(text, normalize=False, truncate=True), dtype=np.float32)
+                except (RuntimeError, ValueError) as exc:
+                    raise ProviderError(f"llama.cpp failed to embed with {self.file_name}: {exc}") from exc
+                out[row] = vector.mean(axis=0) if vector.ndim == 2 else vector  # pooling "none": mean
+        return out
+
+    def _tokenize(self, text: str) -> list[int]:
+        self.load()
+        with self._lock:
+            data = text.encode("utf-8", errors="replace")
+            return list(self._llm.tokenize(data, add_bos=True, special=False))
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError as exc:
+        raise ProviderError(f"the local provider needs llama-cpp-python: {INSTALL_HINT}") from exc
+    except OSError as exc:  # the package is there but its shared library does not load
+        raise ProviderError(f"llama-cpp-python is broken ({exc}): reinstall it: {INSTALL_HINT}") from exc
+    return llama_cpp
+
+
+_params_lock = threading.Lock()
+
+
+@contextmanager
+def _model_params(llama_cpp: Any, repack: bool) -> Iterator[None]:
+    """Let ``Llama`` build model params without extra buffer types (weight repacking) when asked.
+
+    llama-cpp-python does not expose ``use_extra_bufts``; its constructor asks
+    ``llama_model_default_params()`` for the defaults, so that one call is wrapped while it runs.
+    """
+    raw = llama_cpp.llama_cpp
+    original = raw.llama_model_default_params
+    fields = {name for name, *_ in raw.llama_model_params._fields_}
+    if repack or "use_extra_bufts" not in fields:
+        yield
+        return
+
+    def params() -> Any:
+        value = original()
+        value.use_extra_bufts = False
+        return value
+
+    with _params_lock:
+        raw.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            raw.llama_model_default_params = original
