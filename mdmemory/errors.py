@@ -48,3 +48,7 @@ class TransientProviderError(ProviderError):
 
 class LockError(MdMemoryError):
     """Another process holds the writer lock for this index."""
+
+
+class SyncCancelled(MdMemoryError):
+    """A sync stopped early because the process is shutting down; every file written is complete."""

@@ -15,7 +15,7 @@ from filelock import FileLock, Timeout
 
 from mdmemory.chunker import Chunk, chunk_markdown
 from mdmemory.config import MemorySearchConfig
-from mdmemory.errors import LockError, ProviderError
+from mdmemory.errors import LockError, ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, FileRow, Store, transaction
 from mdmemory.store.connection import remove_database
@@ -74,6 +74,7 @@ class Indexer:
         self.settings = settings
         self.provider = provider
         self.lock_path = Path(f"{store.path}.lock")
+        self.should_stop: Callable[[], bool] | None = None  # checked between files; set by the sync service
 
     # -- identity ----------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -135,7 +136,9 @@ class Indexer:
             with transaction(fresh.conn):
                 fresh.conn.execute("INSERT OR IGNORE INTO main.embedding_cache SELECT * FROM live.embedding_cache")
             fresh.conn.execute("DETACH DATABASE live")
-            report = Indexer(fresh, self.workspace, self.settings, self.provider)._update(progress)
+            builder = Indexer(fresh, self.workspace, self.settings, self.provider)
+            builder.should_stop = self.should_stop
+            report = builder._update(progress)
             report.rebuilt = True
             fresh.close()
             swap_in(self.store.path, target)
@@ -154,6 +157,8 @@ class Indexer:
         report.files = len(on_disk)
         limit = self.settings.max_file_bytes
         for n, mf in enumerate(on_disk, start=1):
+            if self.should_stop is not None and self.should_stop():
+                raise SyncCancelled(f"sync of {self.store.path} stopped after {n - 1} of {len(on_disk)} files")
             if progress:
                 progress(n, len(on_disk), mf.rel)
             try:
@@ -256,10 +261,14 @@ class Indexer:
         return found
 
     # -- staleness ---------------------------------------------------------------------------------
-    def stale_files(self) -> list[dict[str, str]]:
-        """Files whose index rows differ from disk, computed from the files themselves (not a flag)."""
+    def changed_files(self) -> list[tuple[str, str, int]]:
+        """Files whose size or mtime differ from the index (cheap: one stat each, no reads).
+
+        Returns (path, state, size) with state ``new``, ``modified`` or ``deleted``. A file touched without
+        a content change shows up here; ``stale_files`` confirms with hashes.
+        """
         indexed = self.store.files()
-        stale: list[dict[str, str]] = []
+        out: list[tuple[str, str, int]] = []
         present: set[str] = set()
         for mf in self.workspace.discover():
             present.add(mf.rel)
@@ -267,17 +276,28 @@ class Indexer:
                 st = os.lstat(mf.abs)
             except OSError:
                 continue
-            if st.st_size > self.settings.max_file_bytes:
-                continue
             row = indexed.get(mf.rel)
-            if row is None:
-                stale.append({"path": mf.rel, "state": "new"})
+            if st.st_size > self.settings.max_file_bytes:
+                if row is not None:
+                    out.append((mf.rel, "oversize", 0))
+            elif row is None:
+                out.append((mf.rel, "new", st.st_size))
             elif row.size != st.st_size or row.mtime != st.st_mtime:
+                out.append((mf.rel, "modified", st.st_size))
+        out.extend((p, "deleted", 0) for p in indexed if p not in present)
+        return out
+
+    def stale_files(self) -> list[dict[str, str]]:
+        """Files whose index rows differ from disk, computed from the files themselves (not a flag)."""
+        indexed = self.store.files()
+        stale: list[dict[str, str]] = []
+        for path, state, _ in self.changed_files():
+            if state == "modified":
                 try:
-                    _, _, raw = read_text(mf.abs)
+                    _, _, raw = read_text(self.workspace.root / path if not Path(path).is_absolute() else Path(path))
                 except OSError:
                     continue
-                if hashlib.sha256(raw).hexdigest() != row.hash:
-                    stale.append({"path": mf.rel, "state": "modified"})
-        stale.extend({"path": p, "state": "deleted"} for p in indexed if p not in present)
+                if hashlib.sha256(raw).hexdigest() == indexed[path].hash:
+                    continue  # touched, not changed
+            stale.append({"path": path, "state": state})
         return stale

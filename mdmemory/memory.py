@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mdmemory.config import AgentConfig, Config, load_config
-from mdmemory.errors import LockError, ProviderError
+from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
 from mdmemory.store import Store
 from mdmemory.tools import get_file, search_response
+from mdmemory.watchstate import read_watch_state
 from mdmemory.workspace import Workspace
 
+SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering...
+SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much; larger changes sync in the background
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 
 
@@ -38,6 +42,9 @@ class Memory:
         self._choice = choice
         self._store: Store | None = None
         self._indexer: Indexer | None = None
+        self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
+        self._background: threading.Thread | None = None
+        self._closing = threading.Event()
 
     @classmethod
     def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
@@ -84,13 +91,25 @@ class Memory:
 
     def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
         try:
-            report = self.indexer.sync(force=force, progress=progress, wait=wait)
-        except ProviderError as exc:
-            if not self._take_over(exc):
-                raise
-            report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
+            try:
+                report = self.indexer.sync(force=force, progress=progress, wait=wait)
+            except ProviderError as exc:
+                if not self._take_over(exc):
+                    raise
+                report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
+        except (ProviderError, StoreError, OSError) as exc:
+            self._record_error(exc)
+            raise
         self._record_fallback()
+        if self.store.get_meta("lastError") is not None:
+            self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
         return report
+
+    def _record_error(self, exc: BaseException) -> None:
+        try:
+            self.store.set_meta("lastError", {"at": time.time(), "error": f"{type(exc).__name__}: {exc}"})
+        except Exception:  # noqa: BLE001 - recording must never hide the original error
+            pass
 
     def _record_fallback(self) -> None:
         fb = self.choice.fallback
@@ -111,9 +130,13 @@ class Memory:
     def indexer(self) -> Indexer:
         if self._indexer is None:
             self._indexer = Indexer(self.store, self.workspace, self.settings, self.choice.provider)
+        self._indexer.should_stop = self.should_stop
         return self._indexer
 
     def close(self) -> None:
+        self._closing.set()
+        if self._background is not None:
+            self._background.join(60)
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -138,8 +161,11 @@ class Memory:
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
         notes: list[str] = []
+        self.store.refresh()
+        stale = False
         if self.settings.sync.on_search:
-            notes.extend(self._sync_before_search())
+            stale, more = self._sync_before_search()
+            notes.extend(more)
         provider = self.choice.provider
         vector = None
         if provider is not None and self.indexer.identity_matches():
@@ -157,9 +183,16 @@ class Memory:
             response["fallback"] = self.choice.fallback
         if outcome.mode == "keyword" and provider is None:
             notes.append(self.choice.hint or "keyword-only search: no embedding provider is configured")
+        if stale:
+            response["stale"] = True
         if notes:
             response["warnings"] = notes
         return response
+
+    def session_start(self) -> dict[str, Any]:
+        """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
+        report = self._sync().to_dict() if self.settings.sync.on_session_start else None
+        return {"sync": report, "status": self.status()}
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
@@ -210,23 +243,51 @@ class Memory:
             "lastSync": _iso(last["at"]) if last else None,
             "lastSyncSeconds": last["report"]["seconds"] if last else None,
             "staleFiles": self.indexer.stale_files(),
+            "lastError": store.get_meta("lastError"),
+            "watcher": read_watch_state(self.agent),
             "warnings": warnings,
         }
         if self.choice.fallback:
             out["fallback"] = self.choice.fallback
         return out
 
-    def _sync_before_search(self) -> list[str]:
-        """Catch up with small edits before answering; never rebuilds or waits on another writer."""
-        if not self.indexer.identity_matches() and self.store.get_meta("identity") is not None:
-            return []
+    def _sync_before_search(self) -> tuple[bool, list[str]]:
+        """Catch up before answering: a small change is synced now, a large one in the background.
+
+        Returns (stale, notes). Never rebuilds the index and never waits for another writer.
+        """
+        if self.store.get_meta("identity") is not None and not self.indexer.identity_matches():
+            return False, []
+        changed = self.indexer.changed_files()
+        if not changed:
+            return False, []
+        if self._background is not None and self._background.is_alive():
+            return True, ["a sync is running in the background; results may be a few seconds old"]
+        size = sum(n for _, _, n in changed)
+        if len(changed) > SMALL_CHANGE_FILES or size > SMALL_CHANGE_BYTES:
+            self._background = threading.Thread(target=self._background_sync, name="mdmemory-search-sync", daemon=True)
+            self._background.start()
+            return True, [f"{len(changed)} changed file(s) are being indexed in the background"]
         try:
             report = self._sync(wait=0)
         except LockError:
-            return ["another process is indexing; results may be a few seconds old"]
+            return True, ["another process is indexing; results may be a few seconds old"]
         except ProviderError as exc:
-            return [f"could not embed changed files, keyword search may be ahead of vectors: {exc}"]
-        return [f"{e['path']}: {e['error']}" for e in report.errors]
+            return True, [f"could not embed changed files; results may be stale: {exc}"]
+        return False, [f"{e['path']}: {e['error']}" for e in report.errors]
+
+    def _background_sync(self) -> None:
+        """A sync on its own connection, so this object's connection keeps serving searches."""
+        other = Memory(self.agent, self.config, choice=self.choice, env=self.env)
+        other.should_stop = self._closing.is_set
+        try:
+            try:
+                other._sync(wait=0)
+            except (LockError, ProviderError, StoreError, SyncCancelled, OSError):
+                pass  # recorded in the index meta as lastError by _sync; status shows it
+        finally:
+            if other._store is not None:
+                other._store.close()  # the provider is shared with this object: do not close it
 
 
 def _iso(ts: float) -> str:
