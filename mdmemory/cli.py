@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", parents=[common], help="show index state, staleness and warnings")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("session-start", parents=[common], help="sync the index at the start of an agent session")
+    p.set_defaults(func=cmd_session_start)
+
+    p = sub.add_parser("watch", help="keep indexes fresh: watch files and sync (one JSON log line per event)")
+    p.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
+    p.add_argument("--agent", action="append", default=[], help="agent id; repeat for several (default: all)")
+    p.add_argument("--polling", action="store_true", help="poll for changes instead of native file events")
+    p.add_argument("--json", action="store_true", help="accepted for symmetry: log lines are always JSON")
+    p.set_defaults(func=None, command_main=watch_main)
 
     model = sub.add_parser("model", help="download or convert local embedding models")
     msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
@@ -135,6 +146,48 @@ def cmd_status(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], C
     return mem.status(), _format_status
 
 
+def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    result = mem.session_start()
+
+    def fmt(r: dict[str, Any]) -> str:
+        head = _format_index(r["sync"]) if r["sync"] else "sync on session start is off (sync.onSessionStart)"
+        return head + "\n" + _format_status(r["status"])
+
+    return result, fmt
+
+
+def watch_main(args: argparse.Namespace) -> int:
+    """Run the watch daemon until SIGINT/SIGTERM; every event is one JSON line on stdout."""
+    import signal
+    import threading
+
+    from mdmemory import daemon
+    from mdmemory.config import load_config
+
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def emit(event: dict[str, Any]) -> None:
+        line = json.dumps({"ts": round(time.time(), 3), **event}, ensure_ascii=False)
+        with lock:
+            print(line, flush=True)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        emit({"event": "stopping", "signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        config = load_config(args.config)
+        daemon.run(config, args.agent, emit, stop, polling=True if args.polling else None)
+    except ConfigError as exc:
+        return _fail(exc, EXIT_USAGE, True)
+    except MdMemoryError as exc:
+        return _fail(exc, EXIT_RUNTIME, True)
+    return EXIT_OK
+
+
 def cmd_model_pull(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
     from mdmemory.providers.factory import model_cache_dir
     from mdmemory.providers.local import pull_model
@@ -180,6 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     as_json = getattr(args, "json", False)
+    if getattr(args, "command_main", None) is not None:
+        return int(args.command_main(args))
     try:
         if not getattr(args, "needs_memory", True):
             result, fmt = args.func(args, None)

@@ -87,6 +87,8 @@ class _Handler(FileSystemEventHandler):
     def on_any_event(self, event: FileSystemEvent) -> None:
         if event.event_type in ("opened", "closed_no_write"):
             return
+        if event.is_directory and event.event_type == "modified":
+            return  # a folder's own metadata: the file events inside it are what matter
         for raw in (event.src_path, getattr(event, "dest_path", "")):
             if raw:
                 self.watcher._event(Path(os.fsdecode(raw)), event.is_directory)

@@ -1,0 +1,206 @@
+"""The watcher and sync service on real watchdog observers over real temp folders."""
+
+from __future__ import annotations
+
+import errno
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from watchdog.observers import Observer
+
+from mdmemory.memory import Memory
+from mdmemory.sync import SyncService
+from mdmemory.watcher import MemoryWatcher, filesystem_type, is_editor_temp
+from tests.conftest import write
+
+DEBOUNCE = 0.2
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+class Harness:
+    def __init__(self, mem: Memory, reader: Memory, polling: bool | None, native_factory: Callable | None = None):
+        self.reader = reader
+        self.service = SyncService(mem, debounce_seconds=DEBOUNCE)
+        kw = {"native_factory": native_factory} if native_factory else {}
+        self.watcher = MemoryWatcher(mem.workspace, self.service.mark_dirty, polling=polling, **kw)
+        self.service.start()
+        self.watcher.start()
+        self.service.request_sync()
+        assert self.service.wait_idle(10)
+
+    def settle(self) -> None:
+        """Wait until events have arrived and the debounced sync has finished."""
+        time.sleep(DEBOUNCE + (1.3 if self.watcher.mode == "polling" else 0.15))
+        assert self.service.wait_idle(15)
+
+    def paths(self) -> set[str]:
+        return set(self.reader.store.files())
+
+    def texts(self, path: str) -> list[str]:
+        return [c.text for c in self.reader.store.chunks_of(path)]
+
+    def stop(self) -> None:
+        self.watcher.stop()
+        self.service.stop()
+
+
+@pytest.fixture(params=["native", "polling"])
+def harness(
+    request: pytest.FixtureRequest, workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> Iterator[Harness]:
+    write(workspace / "MEMORY.md", "# Memory\n\nstart")
+    h = Harness(make_memory(), make_memory(), polling=request.param == "polling")
+    assert h.watcher.mode == request.param
+    yield h
+    h.stop()
+
+
+def test_atomic_save_via_temp_file_and_rename(harness: Harness, workspace: Path) -> None:
+    target = workspace / "memory" / "2026-01-01.md"
+    write(target, "first version")
+    harness.settle()
+    tmp = workspace / "memory" / "2026-01-01.md.tmp"
+    tmp.write_text("second version ocelot")
+    os.replace(tmp, target)
+    harness.settle()
+    assert harness.texts("memory/2026-01-01.md") == ["second version ocelot"]
+    assert "memory/2026-01-01.md.tmp" not in harness.paths()
+
+
+def test_delete_then_create(harness: Harness, workspace: Path) -> None:
+    target = write(workspace / "memory" / "a.md", "old aardvark")
+    harness.settle()
+    target.unlink()
+    target.write_text("new narwhal")
+    harness.settle()
+    assert harness.texts("memory/a.md") == ["new narwhal"]
+
+
+def test_truncate_then_write(harness: Harness, workspace: Path) -> None:
+    target = write(workspace / "memory" / "b.md", "long original text " * 20)
+    harness.settle()
+    with open(target, "w") as fh:
+        fh.flush()
+        time.sleep(0.05)
+        fh.write("short pangolin")
+    harness.settle()
+    assert harness.texts("memory/b.md") == ["short pangolin"]
+
+
+def test_vim_style_backup_rename(harness: Harness, workspace: Path) -> None:
+    target = write(workspace / "memory" / "c.md", "vim before")
+    harness.settle()
+    backup = workspace / "memory" / "c.md~"
+    os.rename(target, backup)
+    target.write_text("vim after wombat")
+    backup.unlink()
+    harness.settle()
+    assert harness.texts("memory/c.md") == ["vim after wombat"]
+    assert harness.paths() == {"MEMORY.md", "memory/c.md"}
+
+
+def test_new_subfolders_deletes_and_renames(harness: Harness, workspace: Path) -> None:
+    deep = workspace / "memory" / "2026" / "02"
+    deep.mkdir(parents=True)
+    write(deep / "notes.md", "deep capybara")
+    harness.settle()
+    assert "memory/2026/02/notes.md" in harness.paths()
+    provider = harness.service.memory.choice.provider
+    embedded = provider.embedded
+    os.rename(deep / "notes.md", deep / "renamed.md")
+    harness.settle()
+    assert "memory/2026/02/renamed.md" in harness.paths() and "memory/2026/02/notes.md" not in harness.paths()
+    assert provider.embedded == embedded  # a rename costs no embedding
+    (deep / "renamed.md").unlink()
+    harness.settle()
+    assert harness.paths() == {"MEMORY.md"}
+
+
+def test_non_markdown_and_editor_temp_files_are_ignored(harness: Harness, workspace: Path) -> None:
+    syncs = harness.service.state.syncs
+    write(workspace / "memory" / "notes.txt", "not memory")
+    write(workspace / "memory" / ".#lock.md", "emacs lock")
+    write(workspace / "memory" / "x.md.swp", "swap")
+    write(workspace / "README.md", "not memory either")
+    harness.settle()
+    assert harness.service.state.syncs == syncs
+    assert harness.paths() == {"MEMORY.md"}
+
+
+def test_a_burst_of_writes_ends_in_one_sync(harness: Harness, workspace: Path) -> None:
+    syncs = harness.service.state.syncs
+    target = workspace / "memory" / "burst.md"
+    for i in range(10):
+        target.write_text(f"version {i}")
+        time.sleep(0.01)
+    harness.settle()
+    assert harness.service.state.syncs == syncs + 1
+    assert harness.texts("memory/burst.md") == ["version 9"]
+
+
+def test_memory_folder_created_after_start(
+    tmp_path: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").rmdir()
+    write(ws / "MEMORY.md", "root only")
+    h = Harness(make_memory(), make_memory(), polling=False)
+    try:
+        write(ws / "memory" / "2026-05-05.md", "late folder lemur")
+        h.settle()
+        write(ws / "memory" / "2026-05-06.md", "second file in the new folder")
+        h.settle()
+        assert {"memory/2026-05-05.md", "memory/2026-05-06.md"} <= h.paths()
+    finally:
+        h.stop()
+
+
+def test_falls_back_to_polling_when_native_watching_fails(
+    workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    def exhausted() -> Observer:
+        observer = Observer()
+        original = observer.schedule
+
+        def schedule(*args: object, **kwargs: object) -> object:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+        observer.schedule = schedule  # type: ignore[method-assign]
+        assert original is not None
+        return observer
+
+    write(workspace / "MEMORY.md", "x")
+    h = Harness(make_memory(), make_memory(), polling=None, native_factory=exhausted)
+    try:
+        assert h.watcher.mode == "polling"
+        assert "max_user_watches" in (h.watcher.fallback_reason or "")
+        write(workspace / "memory" / "poll.md", "seen by polling")
+        h.settle()
+        assert "memory/poll.md" in h.paths()
+    finally:
+        h.stop()
+
+
+def test_stop_is_idempotent_and_joins(workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None) -> None:
+    write(workspace / "MEMORY.md", "x")
+    h = Harness(make_memory(), make_memory(), polling=False)
+    h.stop()
+    h.stop()
+    assert not h.watcher.is_alive() and not h.service.is_alive()
+
+
+def test_helpers() -> None:
+    assert is_editor_temp(".#MEMORY.md") and is_editor_temp("x.md~") and is_editor_temp("4913")
+    assert not is_editor_temp("2026-01-01.md")
+    assert filesystem_type(Path("/")) is not None
