@@ -2,15 +2,12 @@
 
 ``write_tiny_bert`` writes a seeded random BERT (WordPiece vocabulary of ~120 tokens, hidden 32, 2 layers,
 2 heads) as a sentence-transformers folder with safetensors weights; the fixtures convert it to GGUF once
-per session. Import the fixtures into a test module: ``from tests.conftest_gguf import tiny_gguf``.
+per session. ``tests/conftest.py`` lists this module in ``pytest_plugins``, so every test can use them.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -135,34 +132,3 @@ def tiny_ggufs(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def tiny_gguf(tiny_ggufs: dict[str, Path]) -> Path:
     """The tiny BERT as an f16 GGUF."""
     return tiny_ggufs["f16"]
-
-
-_PROBE = """
-import sys
-from pathlib import Path
-from mdmemory.providers.local import LocalEmbeddingProvider
-p = LocalEmbeddingProvider(sys.argv[1], Path(sys.argv[2]), threads=1)
-p.embed_query("hello world")
-"""
-
-
-@pytest.fixture(scope="session")
-def repack_ok(tiny_ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> bool:
-    """Whether quantized models run with llama.cpp's default weight repacking in this build and CPU.
-
-    Some builds compiled with ``-march=native`` on AMX CPUs die with SIGILL inside virtual machines
-    (``tilezero`` in ggml_backend_amx_mul_mat). The probe runs in a subprocess so a crash cannot kill pytest;
-    tests of quantized models then pass ``repack=False`` and a warning says why.
-    """
-    cache = tmp_path_factory.mktemp("probe-cache")
-    probe = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(tiny_ggufs["q8_0"]), str(cache)], capture_output=True, timeout=120
-    )
-    if probe.returncode != 0:
-        warnings.warn(
-            f"quantized GGUF models crash this llama-cpp-python build (exit {probe.returncode}); "
-            "testing them with repack=False. Rebuild llama-cpp-python without AMX, e.g. "
-            "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON'",
-            stacklevel=1,
-        )
-    return probe.returncode == 0

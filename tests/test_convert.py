@@ -1,7 +1,5 @@
 """Converter tests: the GGUF written from a tiny random BERT must embed like a numpy BERT forward pass."""
 
-# Fixtures are imported from tests.conftest_gguf, so test arguments shadow those imports.
-# ruff: noqa: F811
 from __future__ import annotations
 
 import json
@@ -16,16 +14,7 @@ import pytest
 from mdmemory.convert import ConversionError, convert_bert
 from mdmemory.errors import MdMemoryError
 from mdmemory.providers.local import LocalEmbeddingProvider
-from tests.conftest_gguf import (  # noqa: F401  (fixtures)
-    HEADS,
-    VOCAB,
-    repack_ok,
-    tiny_bert_dir,
-    tiny_bert_weights,
-    tiny_gguf,
-    tiny_ggufs,
-    write_tiny_bert,
-)
+from tests.conftest_gguf import HEADS, VOCAB, tiny_bert_weights, write_tiny_bert
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("llama_cpp")
@@ -130,12 +119,9 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def providers(tiny_ggufs: dict[str, Path], repack_ok: bool, tmp_path_factory: pytest.TempPathFactory):
+def providers(tiny_ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("cache")
-    made = {
-        t: LocalEmbeddingProvider(str(path), cache, threads=1, repack=repack_ok or t != "q8_0")
-        for t, path in tiny_ggufs.items()
-    }
+    made = {t: LocalEmbeddingProvider(str(path), cache, threads=1) for t, path in tiny_ggufs.items()}
     yield made
     for provider in made.values():
         provider.close()

@@ -1,7 +1,5 @@
 """LocalEmbeddingProvider on real llama.cpp: a tiny converted BERT, and the shared MiniLM when present."""
 
-# Fixtures are imported from tests.conftest_gguf, so test arguments shadow those imports.
-# ruff: noqa: F811
 from __future__ import annotations
 
 import json
@@ -22,11 +20,10 @@ from mdmemory.providers.local import (
     resolve_model_path,
 )
 from mdmemory.tokens import estimate_tokens
-from tests.conftest_gguf import repack_ok, tiny_bert_dir, tiny_gguf, tiny_ggufs  # noqa: F401  (fixtures)
+from tests.conftest import MINILM
 
 pytest.importorskip("llama_cpp")
 
-MINILM = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 HOSTILE = {
     "50k words": " ".join(["memory", "search", "agent", "notes"] * 12_500),
     "long CJK": "東京都の会議で記憶を検索する。" * 4_000,
@@ -256,10 +253,10 @@ def test_local_paths_and_bad_uris(tiny_gguf: Path, tmp_path: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def minilm(repack_ok: bool, tmp_path_factory: pytest.TempPathFactory):
+def minilm(tmp_path_factory: pytest.TempPathFactory):
     if not MINILM.is_file():
         pytest.skip(f"{MINILM} is not present")
-    provider = LocalEmbeddingProvider(str(MINILM), tmp_path_factory.mktemp("cache"), threads=2, repack=repack_ok)
+    provider = LocalEmbeddingProvider(str(MINILM), tmp_path_factory.mktemp("cache"), threads=2)
     yield provider
     provider.close()
 

@@ -14,8 +14,7 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -179,10 +178,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         query_prefix: str | None = None,
         document_prefix: str | None = None,
         allow_download: bool = False,
-        repack: bool = True,
     ) -> None:
-        """``repack=False`` mirrors llama.cpp's ``--no-repack``: weights stay in their file layout, no
-        AMX/ARM repacked kernels (use it where those kernels crash, e.g. AMX in some VMs)."""
         if context_size is not None and context_size < MIN_CONTEXT:
             raise ProviderError(f"local context size {context_size} is too small: use at least {MIN_CONTEXT}")
         self.model_path = str(model_path)
@@ -190,7 +186,6 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.threads = threads or os.cpu_count() or 1
         self.context_size = context_size
         self.allow_download = allow_download
-        self.repack = repack
         is_hf = self.model_path.startswith(HF_PREFIX)
         self.file_name = parse_hf_uri(self.model_path)[1] if is_hf else Path(self.model_path).name
         self.model = self.model_path if is_hf else self.file_name
@@ -225,18 +220,17 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
             llama_cpp = _import_llama_cpp()
             try:
-                with _model_params(llama_cpp, repack=self.repack):
-                    llm = llama_cpp.Llama(
-                        model_path=str(path),
-                        embedding=True,
-                        n_ctx=n,
-                        n_batch=n,
-                        n_ubatch=n,
-                        flash_attn=True,
-                        n_threads=self.threads,
-                        n_threads_batch=self.threads,
-                        verbose=False,
-                    )
+                llm = llama_cpp.Llama(
+                    model_path=str(path),
+                    embedding=True,
+                    n_ctx=n,
+                    n_batch=n,
+                    n_ubatch=n,
+                    flash_attn=True,
+                    n_threads=self.threads,
+                    n_threads_batch=self.threads,
+                    verbose=False,
+                )
             except (ValueError, RuntimeError, OSError) as exc:
                 raise ProviderError(
                     f"llama.cpp cannot load {path} ({exc}): the file is damaged or not an embedding model "
@@ -313,33 +307,3 @@ def _import_llama_cpp() -> Any:
     except OSError as exc:  # the package is there but its shared library does not load
         raise ProviderError(f"llama-cpp-python is broken ({exc}): reinstall it: {INSTALL_HINT}") from exc
     return llama_cpp
-
-
-_params_lock = threading.Lock()
-
-
-@contextmanager
-def _model_params(llama_cpp: Any, repack: bool) -> Iterator[None]:
-    """Let ``Llama`` build model params without extra buffer types (weight repacking) when asked.
-
-    llama-cpp-python does not expose ``use_extra_bufts``; its constructor asks
-    ``llama_model_default_params()`` for the defaults, so that one call is wrapped while it runs.
-    """
-    raw = llama_cpp.llama_cpp
-    original = raw.llama_model_default_params
-    fields = {name for name, *_ in raw.llama_model_params._fields_}
-    if repack or "use_extra_bufts" not in fields:
-        yield
-        return
-
-    def params() -> Any:
-        value = original()
-        value.use_extra_bufts = False
-        return value
-
-    with _params_lock:
-        raw.llama_model_default_params = params
-        try:
-            yield
-        finally:
-            raw.llama_model_default_params = original
