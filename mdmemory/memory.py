@@ -64,10 +64,10 @@ class Memory:
         state = self.store.get_meta("fallback")
         if not state or state.get("to") != self.settings.fallback:
             return None
-        if time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS:
+        if _expired(state):
             return None
         try:
-            provider = build(state["to"], self.settings, self.agent.home, self.env)
+            provider = build(state["to"], self.settings, self.agent.home, self.env)  # fallback: its own model
         except ProviderError:
             return None
         reason = {"from": state["from"], "reason": state["reason"]}
@@ -90,6 +90,7 @@ class Memory:
         return True
 
     def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
+        self._follow_shared_state()
         try:
             try:
                 report = self.indexer.sync(force=force, progress=progress, wait=wait)
@@ -111,13 +112,24 @@ class Memory:
         except Exception:  # noqa: BLE001 - recording must never hide the original error
             pass
 
+    def _follow_shared_state(self) -> None:
+        """Pick up a swapped index, and drop a fallback that another process has already ended."""
+        self.store.refresh()
+        if self._choice is not None and self._choice.fallback is not None:
+            state = self.store.get_meta("fallback")
+            if state is None or _expired(state):
+                if self._choice.provider is not None:
+                    self._choice.provider.close()
+                self._choice = None
+                self._indexer = None
+
     def _record_fallback(self) -> None:
         fb = self.choice.fallback
         state = self.store.get_meta("fallback")
         if fb is None:
             if state is not None:
                 self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
-        elif state is None or state.get("from") != fb["from"]:
+        elif state is None or state.get("from") != fb["from"] or _expired(state):
             self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
 
     @property
@@ -213,7 +225,10 @@ class Memory:
                     "re-save the file as UTF-8"
                 )
         for mf in self.workspace.discover():
-            size = mf.abs.lstat().st_size
+            try:
+                size = mf.abs.lstat().st_size
+            except OSError:
+                continue  # deleted since discovery
             if size > self.settings.max_file_bytes:
                 warnings.append(
                     f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({self.settings.max_file_bytes})"
@@ -288,6 +303,10 @@ class Memory:
         finally:
             if other._store is not None:
                 other._store.close()  # the provider is shared with this object: do not close it
+
+
+def _expired(state: dict[str, Any]) -> bool:
+    return time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS
 
 
 def _iso(ts: float) -> str:

@@ -155,11 +155,6 @@ def test_failing_openai_hands_over_to_local_and_other_processes_keep_it(
     assert_no_secret(second, again, later)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py bug: _record_fallback keeps the expired 'at' when the same fallback takes over again, "
-    "so after the first cool-down every new process retries the failing primary",
-)
 def test_a_repeated_failure_after_the_cool_down_starts_a_new_one(
     open_memory: OpenMemory, fake_openai, tiny_gguf: Path
 ) -> None:
@@ -183,11 +178,6 @@ def test_a_repeated_failure_after_the_cool_down_starts_a_new_one(
     assert fake_openai.pending_faults == 16  # a new cool-down: the primary is left alone
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="memory.py bug: a Memory keeps its fallback choice for its whole life, so once another process "
-    "restores the primary, the two processes rebuild the index in turn on every sync",
-)
 def test_a_process_on_the_fallback_follows_the_restored_primary(
     open_memory: OpenMemory, fake_openai, tiny_gguf: Path, workspace: Path
 ) -> None:
@@ -289,11 +279,6 @@ def test_rejected_key_echoed_by_the_server_never_reaches_the_fallback_reason(
 # -- the fallback gets its own model ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="factory.py bug: build() gives memorySearch.model (the primary's model) to the fallback provider "
-    "too, so an openai primary with model set makes the local fallback load 'text-embedding-3-small' as a file",
-)
 def test_the_primary_model_name_is_not_given_to_the_fallback(
     open_memory: OpenMemory, fake_openai, tiny_gguf: Path
 ) -> None:

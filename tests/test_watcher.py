@@ -192,7 +192,9 @@ def test_falls_back_to_polling_when_native_watching_fails(
         h.stop()
 
 
-def test_stop_is_idempotent_and_joins(workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None) -> None:
+def test_stop_is_idempotent_and_joins(
+    workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
     write(workspace / "MEMORY.md", "x")
     h = Harness(make_memory(), make_memory(), polling=False)
     h.stop()

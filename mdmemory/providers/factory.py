@@ -50,8 +50,14 @@ def local_model_on_disk(settings: MemorySearchConfig, home: Path) -> bool:
     return is_model_available(settings.local.model_path, model_cache_dir(settings, home))
 
 
-def build(name: str, settings: MemorySearchConfig, home: Path, env: Mapping[str, str]) -> EmbeddingProvider | None:
-    """Create provider ``name`` (not ``auto``); raise ProviderError when it cannot be created."""
+def build(
+    name: str, settings: MemorySearchConfig, home: Path, env: Mapping[str, str], model: str | None = None
+) -> EmbeddingProvider | None:
+    """Create provider ``name`` (not ``auto``); raise ProviderError when it cannot be created.
+
+    ``model`` is ``memorySearch.model`` for the primary provider only: a fallback uses its own default
+    (``local.modelPath`` or the remote default model), never the primary's model name.
+    """
     if name == "none":
         return None
     if name == "hash":
@@ -60,11 +66,17 @@ def build(name: str, settings: MemorySearchConfig, home: Path, env: Mapping[str,
         return HashEmbeddingProvider(dims=settings.remote.dimensions or 384)
     if name == "local":
         try:
-            from mdmemory.providers.local import LocalEmbeddingProvider
+            from mdmemory.providers.local import LocalEmbeddingProvider, is_model_available
         except ImportError as exc:
             raise ProviderError(f"local provider unavailable ({exc}): pip install 'mdmemory[local]'") from exc
+        model_path = model or settings.local.model_path
+        if not is_model_available(model_path, model_cache_dir(settings, home)):
+            raise ProviderError(
+                f"local embedding model {model_path} is not on disk (cache {model_cache_dir(settings, home)}): "
+                "run `mdmemory model pull` or set memorySearch.local.modelPath to a .gguf file"
+            )
         return LocalEmbeddingProvider(
-            model_path=settings.model or settings.local.model_path,
+            model_path=model_path,
             cache_dir=model_cache_dir(settings, home),
             threads=settings.local.threads,
             context_size=settings.local.context_size,
@@ -77,7 +89,7 @@ def build(name: str, settings: MemorySearchConfig, home: Path, env: Mapping[str,
         except ImportError as exc:
             raise ProviderError(f"openai provider unavailable ({exc}): pip install 'mdmemory[remote]'") from exc
         return OpenAIEmbeddingProvider(
-            model=settings.model or DEFAULT_REMOTE_MODEL,
+            model=model or DEFAULT_REMOTE_MODEL,
             base_url=settings.remote.base_url,
             api_key=settings.remote.api_key,
             headers=dict(settings.remote.headers),
@@ -102,7 +114,7 @@ def choose(settings: MemorySearchConfig, home: Path, env: Mapping[str, str] | No
         else:
             return ProviderChoice(None, requested, hint=ENABLE_VECTORS_HINT)
     try:
-        return ProviderChoice(build(name, settings, home, env), requested)
+        return ProviderChoice(build(name, settings, home, env, settings.model), requested)
     except ProviderError as exc:
         if settings.fallback == "none" or settings.fallback == name:
             raise
