@@ -55,6 +55,20 @@ def embedding_input(chunk: Chunk | ChunkRow) -> str:
     return chunk.text
 
 
+def is_utf8(name: str) -> bool:
+    """False for a file name with undecodable bytes (Python keeps them as lone surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable(name: str) -> str:
+    """A file name safe to show and store: undecodable bytes become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -160,14 +174,19 @@ class Indexer:
             if self.should_stop is not None and self.should_stop():
                 raise SyncCancelled(f"sync of {self.store.path} stopped after {n - 1} of {len(on_disk)} files")
             if progress:
-                progress(n, len(on_disk), mf.rel)
+                progress(n, len(on_disk), printable(mf.rel))
+            if not is_utf8(mf.rel):
+                report.errors.append(
+                    {"path": printable(mf.rel), "error": "file name is not valid UTF-8: rename the file to index it"}
+                )
+                continue
             try:
                 self._sync_file(mf, indexed.get(mf.rel), limit, report)
             except ProviderError:
                 raise
             except (OSError, ValueError, UnicodeError) as exc:
                 report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
-        present = {mf.rel for mf in on_disk}
+        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)}
         skipped = {s["path"] for s in report.skipped}
         for path in indexed:
             if path not in present or path in skipped:
@@ -271,6 +290,8 @@ class Indexer:
         out: list[tuple[str, str, int]] = []
         present: set[str] = set()
         for mf in self.workspace.discover():
+            if not is_utf8(mf.rel):
+                continue  # reported by status and sync, never indexed
             present.add(mf.rel)
             try:
                 st = os.lstat(mf.abs)

@@ -10,7 +10,7 @@ from typing import Any
 
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
-from mdmemory.indexer import Indexer, Progress, SyncReport
+from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
 from mdmemory.store import Store
@@ -229,7 +229,9 @@ class Memory:
                 size = mf.abs.lstat().st_size
             except OSError:
                 continue  # deleted since discovery
-            if size > self.settings.max_file_bytes:
+            if not is_utf8(mf.rel):
+                warnings.append(f"{printable(mf.rel)}: file name is not valid UTF-8, not indexed; rename the file")
+            elif size > self.settings.max_file_bytes:
                 warnings.append(
                     f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({self.settings.max_file_bytes})"
                 )

@@ -1,0 +1,166 @@
+"""`mdmemory watch` as a real process: JSON log lines, one daemon per agent, graceful stop, bad files, outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdmemory.config import load_config
+from mdmemory.memory import Memory
+from tests.conftest import REPO, write
+from tests.fake_openai import FakeOpenAIServer, Fault
+
+
+class Daemon:
+    def __init__(self, config: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mdmemory", "watch", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.log: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            event = json.loads(line)  # every stdout line must be one JSON object
+            self.log.append(event)
+            self.events.put(event)
+
+    def wait_for(self, match: Callable[[dict[str, Any]], bool], timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                event = self.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if match(event):
+                return event
+        raise AssertionError(f"no matching event; log: {self.log}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self._reader.join(5)
+        return code
+
+
+@pytest.fixture
+def config(workspace: Path, tmp_path: Path) -> Path:
+    write(workspace / "MEMORY.md", "# Memory\n\nThe gate code is 4711.\n")
+    cfg = tmp_path / "cfg.json5"
+    ms = {"provider": "hash", "sync": {"watchDebounceMs": 200}}
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
+    return cfg
+
+
+@pytest.fixture
+def daemon(config: Path) -> Iterator[Daemon]:
+    d = Daemon(config)
+    yield d
+    d.stop()
+
+
+def test_watch_logs_syncs_and_status_tells_the_truth(daemon: Daemon, config: Path, workspace: Path) -> None:
+    first = daemon.wait_for(lambda e: e["event"] == "sync")
+    assert first["files"] == 1 and first["embedded"] == 1 and isinstance(first["ms"], int)
+    assert {"agent", "chunks", "fromCache", "ts"} <= set(first)
+    agent = load_config(config).agent()
+    with Memory(agent) as mem:
+        deadline = time.monotonic() + 10
+        while not mem.status()["watcher"]["running"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        watcher = mem.status()["watcher"]
+        assert watcher["running"] and watcher["mode"] == "native" and watcher["pid"] == daemon.proc.pid
+        write(workspace / "memory" / "2026-06-01.md", "met the locksmith about the gate")
+        event = daemon.wait_for(lambda e: e["event"] == "sync" and e["indexed"] == 1)
+        assert event["files"] == 2
+        assert mem.search("locksmith")["results"][0]["path"] == "memory/2026-06-01.md"
+    assert daemon.stop() == 0
+    assert daemon.log[-1]["event"] == "stopped"
+    with Memory(agent) as mem:
+        assert mem.status()["watcher"]["running"] is False  # a stopped daemon is not reported as watching
+
+
+def test_second_daemon_for_the_same_agent_exits_with_a_clear_message(daemon: Daemon, config: Path) -> None:
+    daemon.wait_for(lambda e: e["event"] == "watching")
+    second = subprocess.run(
+        [sys.executable, "-m", "mdmemory", "watch", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert second.returncode == 1
+    assert "already running" in second.stderr and "Traceback" not in second.stderr
+
+
+def test_sigterm_stops_gracefully_and_releases_the_lock(daemon: Daemon, config: Path) -> None:
+    daemon.wait_for(lambda e: e["event"] == "sync")
+    assert daemon.stop() == 0
+    events = [e["event"] for e in daemon.log]
+    assert events[-2:] == ["stopping", "stopped"]
+    again = Daemon(config)  # the lock was released: a new daemon starts
+    try:
+        again.wait_for(lambda e: e["event"] == "watching")
+    finally:
+        assert again.stop() == 0
+
+
+def test_a_bad_file_is_logged_and_skipped(daemon: Daemon, workspace: Path) -> None:
+    daemon.wait_for(lambda e: e["event"] == "sync")
+    bad = os.path.join(os.fsencode(workspace / "memory"), b"caf\xe9.md")  # a name that is not UTF-8
+    with open(bad, "wb") as fh:
+        fh.write(b"bad name")
+    write(workspace / "memory" / "good.md", "a good file next to it")
+    error = daemon.wait_for(lambda e: e["event"] == "error" and "caf" in e.get("path", ""))
+    assert error["path"] == "memory/caf\ufffd.md" and "rename" in error["error"]
+    sync = next(e for e in daemon.log if e["event"] == "sync" and e["errors"])
+    assert sync["indexed"] == 1  # the good file next to it was indexed in the same sync
+    assert daemon.proc.poll() is None  # still running
+
+
+def test_provider_outage_is_retried_while_keyword_search_works(workspace: Path, tmp_path: Path) -> None:
+    write(workspace / "MEMORY.md", "# Memory\n\nThe gate code is 4711.\n")
+    with FakeOpenAIServer(dims=8) as server:
+        cfg = tmp_path / "remote.json5"
+        ms = {
+            "provider": "openai",
+            "remote": {"baseUrl": server.url, "maxRetries": 1, "dimensions": 8},
+            "sync": {"watchDebounceMs": 200, "onSearch": False},
+        }
+        cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
+        with Memory(load_config(cfg).agent()) as mem:
+            mem.sync()
+        server.enqueue(Fault.server_error(), Fault.server_error())
+        write(workspace / "memory" / "2026-07-01.md", "the outage note about the heron")
+        d = Daemon(cfg)
+        try:
+            error = d.wait_for(lambda e: e["event"] == "error" and "retryInSeconds" in e)
+            assert error["retryInSeconds"] >= 1
+            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile
+                assert reader.search("gate code")["results"][0]["path"] == "MEMORY.md"
+            recovered = d.wait_for(lambda e: e["event"] == "sync" and e["embedded"] >= 1, timeout=30)
+            assert recovered["indexed"] >= 1
+        finally:
+            assert d.stop() == 0
