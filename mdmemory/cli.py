@@ -10,7 +10,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from mdmemory import __version__  # noqa: I001
 from mdmemory.errors import ConfigError, MdMemoryError
@@ -20,14 +20,14 @@ EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2 on usage errors; keep that, add a hint
+    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep that, add a hint
         self.print_usage(sys.stderr)
         print(f"mdmemory: error: {message} (see `mdmemory --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
-def _common() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
+def _common() -> _Parser:
+    common = _Parser(add_help=False)
     common.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
     common.add_argument("--agent", help="agent id from agents.list (default: the default agent)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")

@@ -72,7 +72,7 @@ class EmbeddingProvider(ABC):
 
     # -- the one method a provider implements -------------------------------------------------------
     @abstractmethod
-    def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]]:
+    def embed_batch(self, texts: Sequence[str]) -> Sequence[Sequence[float]] | np.ndarray:
         """Embed ``texts`` (already sanitised, truncated and within batch limits): one vector each.
 
         Raise ``TransientProviderError`` for failures worth retrying, ``ProviderError`` otherwise.
@@ -160,7 +160,7 @@ class EmbeddingProvider(ABC):
                     ) from exc
                 self.sleep(wait)
 
-    def _validate(self, batch: list[str], vectors: Sequence[Sequence[float]]) -> np.ndarray:
+    def _validate(self, batch: list[str], vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
         try:
             arr = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as exc:
