@@ -51,6 +51,7 @@ bench: $(VENV)/.test
 lint: $(VENV)/.test
 	$(BIN)/ruff check mdmemory tests benchmarks
 	$(BIN)/ruff format --check mdmemory tests benchmarks
+	$(BIN)/mypy mdmemory
 
 clean:
 	rm -rf $(VENV) $(STATE) .pytest_cache
