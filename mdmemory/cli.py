@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from mdmemory import __version__  # noqa: I001
+from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.memory import Memory
 
@@ -79,6 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", help="the .gguf file to write")
     p.add_argument("--type", dest="out_type", choices=["f32", "f16", "q8_0"], default="f16")
     p.set_defaults(func=cmd_model_convert, needs_memory=False)
+
+    register_agent_commands(sub, common)
     return parser
 
 
@@ -250,12 +254,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(exc, EXIT_RUNTIME, as_json)
     except KeyboardInterrupt:
         return _fail(MdMemoryError("interrupted"), EXIT_RUNTIME, as_json)
-    if as_json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-    elif result.get("error"):
-        print(f"mdmemory: error: {result['error']}", file=sys.stderr)
-    else:
-        print(fmt(result))
+    try:
+        if as_json:
+            print(json.dumps(result, ensure_ascii=False, indent=2))
+        elif result.get("error"):
+            print(f"mdmemory: error: {result['error']}", file=sys.stderr)
+        else:
+            print(fmt(result))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_RUNTIME if result.get("error") else EXIT_OK
 
 

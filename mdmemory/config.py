@@ -11,6 +11,8 @@ by the dataclass fields and their type hints, plus the ``RANGES`` table; adding 
 objects merge key by key, ``extraPaths`` is a de-duplicated union, anything else replaces. Keys mdmemory
 does not own at the top level and in ``agents``/``agents.defaults``/``agents.list[]`` belong to the agent
 runtime and are ignored (listed in ``Config.ignored_keys``) unless they look like a typo of ours.
+The agent integration's keys (``userTimezone``, ``compaction``, ``sessionContext``; see ``_AgentKeys``) are
+deep-merged the same way; ``compaction`` is shared with the runtime, whose own keys in it are ignored.
 
 Paths: ``home`` is ``$MDMEMORY_HOME`` or ``~/.mdmemory``. Workspaces are relative to the config file's
 directory (cwd without a file; ``$MDMEMORY_WORKSPACE`` overrides ``agents.defaults.workspace``, relative to
@@ -30,6 +32,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, 
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import json5
 
@@ -124,6 +127,29 @@ class MemorySearchConfig:
     max_file_bytes: int = 5 * 1024 * 1024
 
 
+DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
+DEFAULT_FLUSH_PROMPT = "Write any lasting notes to memory/YYYY-MM-DD.md; reply with NO_REPLY if nothing to store."
+
+
+@dataclass(frozen=True)
+class MemoryFlushConfig:
+    enabled: bool = True
+    soft_threshold_tokens: int = 4000
+    system_prompt: str = DEFAULT_FLUSH_SYSTEM_PROMPT
+    prompt: str = DEFAULT_FLUSH_PROMPT  # "YYYY-MM-DD" becomes today's date; NO_REPLY is appended if missing
+
+
+@dataclass(frozen=True)
+class CompactionConfig:
+    reserve_tokens_floor: int = 20_000
+    memory_flush: MemoryFlushConfig = field(default_factory=MemoryFlushConfig)
+
+
+@dataclass(frozen=True)
+class SessionContextConfig:
+    max_chars: int = 20_000
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """One agent after merging ``agents.list[i]`` over ``agents.defaults``; paths are absolute."""
@@ -134,6 +160,9 @@ class AgentConfig:
     memory_search: MemorySearchConfig
     default: bool = False
     home: Path = field(default_factory=lambda: Path("~/.mdmemory").expanduser())
+    user_timezone: str | None = None  # IANA name; None -> the local time zone
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    session_context: SessionContextConfig = field(default_factory=SessionContextConfig)
 
 
 @dataclass(frozen=True)
@@ -200,6 +229,16 @@ RANGES: dict[str, _Range] = {
     "cache.maxEntries": _Range(0),
     "maxFileBytes": _Range(1),
 }
+# Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.
+AGENT_RANGES: dict[str, _Range] = {
+    "compaction.reserveTokensFloor": _Range(0),
+    "compaction.memoryFlush.softThresholdTokens": _Range(0),
+    "sessionContext.maxChars": _Range(1000),
+}
+# Keys of agents.defaults.compaction that belong to the agent runtime (Clawdbot/OpenClaw): ignored, never typos.
+_RUNTIME_COMPACTION_KEYS = frozenset(
+    {"mode", "model", "reserveTokens", "keepRecentTokens", "maxHistoryShare", "identifierPolicy", "timeoutSeconds"}
+)
 _UNION_FIELDS = frozenset({"extra_paths"})  # lists merged as a de-duplicated union instead of replaced
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN = re.compile(r"\{(\w*)\}")
@@ -287,18 +326,25 @@ class _Loader:
             raise self.bad(key, value, "an object", "write it as { key: value, ... }")
         return value
 
-    def runtime_keys(self, obj: dict[str, Any], prefix: str, ours: tuple[str, ...]) -> None:
-        """Record keys that belong to the agent runtime; reject likely typos of ours."""
+    def runtime_keys(
+        self, obj: dict[str, Any], prefix: str, ours: tuple[str, ...], known: frozenset[str] = frozenset()
+    ) -> None:
+        """Record keys that belong to the agent runtime; reject likely typos of ours (``known`` never are)."""
         for key in obj:
             path = f"{prefix}.{key}" if prefix else key
-            if key not in ours and (mine := _suggest(key, list(ours), cutoff=0.8)):
+            if key not in ours and key not in known and (mine := _suggest(key, list(ours), cutoff=0.8)):
                 fix = f"rename it to '{mine}' (keys are case-sensitive camelCase)"
                 raise self.error(path, f"unknown key; did you mean '{mine}'? Fix: {fix}.")
             if key not in ours:
                 self.ignored.append(path)
 
-    def section(self, cls: Any, raw: Any, key: str, rel: str = "") -> dict[str, Any]:
-        """Validate one (partial) layer of dataclass ``cls``: snake_case keys, converted values."""
+    def section(
+        self, cls: Any, raw: Any, key: str, rel: str = "", ranges: Mapping[str, _Range] = RANGES
+    ) -> dict[str, Any]:
+        """Validate one (partial) layer of dataclass ``cls``: snake_case keys, converted values.
+
+        ``ranges`` holds the bounds by camelCase path relative to where validation started.
+        """
         hints, by_key, out = get_type_hints(cls), {camel(f.name): f for f in fields(cls)}, {}
         for name, value in self.obj(raw, key).items():
             path, sub = f"{key}.{name}", f"{rel}.{name}" if rel else name
@@ -308,15 +354,19 @@ class _Loader:
                 raise self.error(path, f"unknown key; {did}Fix: {fix}. Valid keys here: {', '.join(by_key)}.")
             tp = hints[f.name]
             out[f.name] = (
-                self.section(tp, value, path, sub) if is_dataclass(tp) else self.value(tp, value, path, sub, f)
+                self.section(tp, value, path, sub, ranges)
+                if is_dataclass(tp)
+                else self.value(tp, value, path, sub, f, ranges)
             )
         return out
 
-    def value(self, tp: Any, value: Any, path: str, rel: str, f: Field[Any]) -> Any:
+    def value(
+        self, tp: Any, value: Any, path: str, rel: str, f: Field[Any], ranges: Mapping[str, _Range] = RANGES
+    ) -> Any:
         secret = not f.repr  # repr=False marks secrets: their values never appear in messages
         default = f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc,operator]
         keep = "or remove it to use the default" + ("" if secret else f" ({_show(default)})")
-        converted, rule = _convert(tp, value), RANGES.get(rel)
+        converted, rule = _convert(tp, value), ranges.get(rel)
         if converted is _MISMATCH:
             choice = (
                 _suggest(value, list(get_args(tp))) if get_origin(tp) is Literal and isinstance(value, str) else None
@@ -377,6 +427,16 @@ class _Entry:
     workspace: str | None = None  # None -> agents.defaults.workspace
 
 
+@dataclass(frozen=True)
+class _AgentKeys:
+    """Keys of ``agents.defaults`` that ``agents.list[]`` entries deep-merge over, besides memorySearch."""
+
+    user_timezone: str | None = None
+    compaction: CompactionConfig = field(default_factory=CompactionConfig)
+    session_context: SessionContextConfig = field(default_factory=SessionContextConfig)
+
+
+_AGENT_KEYS = tuple(camel(f.name) for f in fields(_AgentKeys))
 H = TypeVar("H", _Defaults, _Entry)
 
 
@@ -422,12 +482,34 @@ def _find_source(path: str | os.PathLike[str] | None, env: Mapping[str, str], ho
 
 def _head(ld: _Loader, cls: type[H], raw: Any, key: str) -> H:
     """Validate and build the agent-level keys of ``cls`` after setting runtime keys aside."""
-    ours = (*(camel(f.name) for f in fields(cls)), "memorySearch")
-    ld.runtime_keys(ld.obj(raw, key), key, ours)
-    return _build(cls, ld.section(cls, {k: v for k, v in raw.items() if k in ours[:-1]}, key))
+    own: tuple[str, ...] = tuple(camel(f.name) for f in fields(cls))
+    ld.runtime_keys(ld.obj(raw, key), key, (*own, *_AGENT_KEYS, "memorySearch"))
+    return _build(cls, ld.section(cls, {k: v for k, v in raw.items() if k in own}, key))
 
 
-def _agent(ld: _Loader, layers: Layers, entry: _Entry, ws: Path, home: Path, env: Mapping[str, str]) -> AgentConfig:
+def _shared(ld: _Loader, cls: Any, raw: Any, key: str) -> Any:
+    """Our keys of a section shared with the agent runtime (``compaction``); the runtime's are ignored."""
+    if not isinstance(raw, dict):
+        return raw  # section() reports the type error
+    ours = tuple(camel(f.name) for f in fields(cls))
+    ld.runtime_keys(raw, key, ours, known=_RUNTIME_COMPACTION_KEYS)
+    return {k: v for k, v in raw.items() if k in ours}
+
+
+def _agent_layer(ld: _Loader, raw: dict[str, Any], key: str) -> dict[str, Any]:
+    """Validate the ``_AgentKeys`` of one ``agents.defaults`` or ``agents.list[]`` object (a partial layer)."""
+    picked = {k: raw[k] for k in _AGENT_KEYS if k in raw}
+    if "compaction" in picked:
+        compaction = picked["compaction"] = _shared(ld, CompactionConfig, picked["compaction"], f"{key}.compaction")
+        if isinstance(compaction, dict) and "memoryFlush" in compaction:
+            flush_key = f"{key}.compaction.memoryFlush"
+            compaction["memoryFlush"] = _shared(ld, MemoryFlushConfig, compaction["memoryFlush"], flush_key)
+    return ld.section(_AgentKeys, picked, key, ranges=AGENT_RANGES)
+
+
+def _agent(
+    ld: _Loader, layers: Layers, agent_layers: Layers, entry: _Entry, ws: Path, home: Path, env: Mapping[str, str]
+) -> AgentConfig:
     """Merge the layers, apply the cross-field rules and resolve the agent's paths."""
     merged: dict[str, Any] = {}
     for _, layer in layers:
@@ -456,7 +538,28 @@ def _agent(ld: _Loader, layers: Layers, entry: _Entry, ws: Path, home: Path, env
         extra_paths=tuple(dict.fromkeys(str(_absolute(p, ws, env)) for p in ms.extra_paths)),
         local=replace(ms.local, model_cache_dir=cache_dir and str(_absolute(cache_dir, home, env))),
     )
-    return AgentConfig(str(entry.id), ws, _absolute(store, home, env), ms, home=home)
+    own: dict[str, Any] = {}
+    for _, layer in agent_layers:
+        own = _merge(own, layer)
+    keys = _build(_AgentKeys, own)
+    if keys.user_timezone is not None:
+        try:
+            ZoneInfo(keys.user_timezone)
+        except (ValueError, ZoneInfoNotFoundError):
+            tz_key = _origin(agent_layers, "user_timezone") + ".userTimezone"
+            expected = 'an IANA time zone name such as "Europe/Lisbon"'
+            fix = "use a name from the tz database, or null for the local time zone"
+            raise ld.bad(tz_key, keys.user_timezone, expected, fix) from None
+    return AgentConfig(
+        str(entry.id),
+        ws,
+        _absolute(store, home, env),
+        ms,
+        home=home,
+        user_timezone=keys.user_timezone,
+        compaction=keys.compaction,
+        session_context=keys.session_context,
+    )
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
@@ -480,6 +583,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     workspace = _absolute(defaults.workspace, base, env)
     if env.get("MDMEMORY_WORKSPACE"):
         workspace = _absolute(env["MDMEMORY_WORKSPACE"], Path.cwd(), env)
+    agent_base = ("agents.defaults", _agent_layer(ld, agents.get("defaults", {}), "agents.defaults"))
     ms_key = "agents.defaults.memorySearch"
     base_layer = (
         ms_key,
@@ -512,7 +616,8 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         ms_key = f"{key}.memorySearch"
         layers = [base_layer, (ms_key, ld.section(MemorySearchConfig, raw.get("memorySearch", {}), ms_key))]
         ws = _absolute(entry.workspace, base, env) if entry.workspace is not None else workspace
-        agent = _agent(ld, layers, entry, ws, home, env)
+        agent_layers = [agent_base, (key, _agent_layer(ld, raw, key))]
+        agent = _agent(ld, layers, agent_layers, entry, ws, home, env)
         if agent.store_path in stores:
             key = _origin(layers, "store.path") + ".store.path"
             fix = "put {agentId} in the path so that every agent has its own index"

@@ -6,8 +6,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import date
 from typing import Any
 
+from mdmemory import agent as integration
+from mdmemory.agent import FlushDecision, SessionKind
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
@@ -205,6 +208,37 @@ class Memory:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
         report = self._sync().to_dict() if self.settings.sync.on_session_start else None
         return {"sync": report, "status": self.status()}
+
+    # -- agent integration (mdmemory.agent) ---------------------------------------------------------
+    def call_tool(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
+        """Run memory_search / memory_get / memory_status; errors come back as ``{..., error}``, never raised."""
+        return integration.call_tool(self, name, arguments)
+
+    def session_context(self, kind: SessionKind = "main", today: date | str | None = None) -> dict[str, Any]:
+        """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""
+        return integration.session_context(self.agent, kind, today)
+
+    def remember(self, text: str, long_term: bool = False) -> dict[str, Any]:
+        """Append a timestamped line to today's log (or MEMORY.md); the next search or sync indexes it."""
+        return integration.remember(self.agent, text, long_term=long_term)
+
+    def check_flush(
+        self, session_key: str, total_tokens: int, context_window: int, *, writable: bool | None = None
+    ) -> FlushDecision:
+        """Whether the pre-compaction memory flush turn is due now (see mdmemory.agent.flush)."""
+        return integration.check_flush(self.agent, session_key, total_tokens, context_window, writable=writable)
+
+    def record_flush(self, session_key: str) -> dict[str, Any]:
+        """Record that the flush turn ran in this compaction cycle."""
+        return integration.record_flush(self.agent, session_key)
+
+    def record_compaction(self, session_key: str) -> dict[str, Any]:
+        """Record that the runtime compacted the session (a new flush cycle)."""
+        return integration.record_compaction(self.agent, session_key)
+
+    def reset_session(self, session_key: str) -> dict[str, Any]:
+        """Clear the session's flush and compaction records (after a session reset)."""
+        return integration.reset_session(self.agent, session_key)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""

@@ -413,6 +413,8 @@ def _inode(path: Path) -> int | None:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StoreError(f"cannot use index path {path}: {exc.strerror}; fix memorySearch.store.path") from exc
 
 
 def _like_escape(text: str) -> str:

@@ -1,0 +1,286 @@
+"""Tool definitions for agent runtimes and a dispatcher that never raises.
+
+``tool_definitions(format)`` gives memory_search / memory_get (and, for MCP, memory_status) as OpenAI,
+Anthropic or MCP tool objects built from one set of JSON Schemas. ``call_tool(memory, name, arguments)``
+validates the arguments against those schemas and always returns the tool's result shape; anything that
+goes wrong comes back in it as ``error`` so a runtime can hand it to the model as is.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from mdmemory.errors import MdMemoryError
+
+if TYPE_CHECKING:
+    from mdmemory.memory import Memory
+
+ToolFormat = Literal["openai", "anthropic", "mcp"]
+FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
+AGENT_TOOLS = ("memory_search", "memory_get")  # what a model needs; memory_status is for operators
+ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
+
+SEARCH_DESCRIPTION = (
+    "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
+    "memory/YYYY-MM-DD.md. Call it before answering anything about earlier conversations, past work, "
+    "decisions, dates, people, preferences or to-dos, and before saying you do not know. Each result cites "
+    "its source as path with startLine-endLine and has a relevance score (0-1) and a short snippet; cite "
+    "path#Lstart-Lend when you use it. Snippets are excerpts: call memory_get with the path and line range "
+    "to read the full passage. No results means nothing relevant was stored; try other words, names or "
+    "dates, or a lower minScore."
+)
+GET_DESCRIPTION = (
+    "Read one of your memory files (MEMORY.md, memory/YYYY-MM-DD.md or another path returned by "
+    "memory_search), whole or a range of lines. Use it after memory_search to read around a hit: pass the "
+    "result's path, from = startLine and lines = endLine - startLine + 1 (widen the range for more context). "
+    "Read only the lines you need to keep your context small. Returns {path, text}; a memory file that does "
+    "not exist yet returns empty text, and a path outside the memory files returns an error."
+)
+STATUS_DESCRIPTION = (
+    "Report the state of the memory index (read-only): embedding provider and model, search mode, indexed "
+    "files and chunks, last sync, files changed since, and warnings."
+)
+
+SEARCH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "description": "What to look for, as a question or keywords: names, dates, topics "
+            "(e.g. 'when do the backups run').",
+        },
+        "maxResults": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "description": "Most results to return (default from the configuration, usually 6).",
+        },
+        "minScore": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "Lowest relevance score returned, 0 to 1 (default usually 0.35); lower it when "
+            "nothing comes back. Exact keyword matches are always kept.",
+        },
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+GET_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {
+            "type": "string",
+            "minLength": 1,
+            "description": "Workspace-relative memory file, e.g. 'MEMORY.md' or 'memory/2026-03-09.md' "
+            "(use a path from memory_search results).",
+        },
+        "from": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "First line to read, 1-based (e.g. a result's startLine). Default: line 1.",
+        },
+        "lines": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "How many lines to read from 'from'. Default: to the end of the file.",
+        },
+    },
+    "required": ["path"],
+    "additionalProperties": False,
+}
+STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+
+SEARCH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "results": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string"},
+                    "startLine": {"type": "integer"},
+                    "endLine": {"type": "integer"},
+                    "score": {"type": "number"},
+                    "snippet": {"type": "string"},
+                    "source": {"type": "string", "enum": ["memory", "extra"]},
+                },
+                "required": ["path", "startLine", "endLine", "score", "snippet", "source"],
+            },
+        },
+        "provider": {"type": "string"},
+        "model": {"type": ["string", "null"]},
+        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
+        "fallback": {"type": "object"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "stale": {"type": "boolean"},
+        "error": {"type": "string"},
+    },
+    "required": ["results"],
+}
+GET_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "text": {"type": "string"}, "error": {"type": "string"}},
+    "required": ["path", "text"],
+}
+STATUS_OUTPUT: dict[str, Any] = {"type": "object"}
+
+TOOLS: dict[str, dict[str, Any]] = {
+    "memory_search": {"description": SEARCH_DESCRIPTION, "input": SEARCH_INPUT, "output": SEARCH_OUTPUT},
+    "memory_get": {"description": GET_DESCRIPTION, "input": GET_INPUT, "output": GET_OUTPUT},
+    "memory_status": {"description": STATUS_DESCRIPTION, "input": STATUS_INPUT, "output": STATUS_OUTPUT},
+}
+_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory", "memory_status": "Memory status"}
+
+
+def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """The tools as ``fmt`` expects them; each call returns fresh objects (safe to modify).
+
+    - ``openai``: Chat Completions ``[{type: "function", function: {name, description, parameters}}]``;
+    - ``anthropic``: Messages API ``[{name, description, input_schema}]``;
+    - ``mcp``: ``[{name, title, description, inputSchema, outputSchema, annotations}]``.
+
+    ``names`` defaults to memory_search and memory_get, plus memory_status for ``mcp``.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(FORMATS)}")
+    chosen = names if names is not None else (ALL_TOOLS if fmt == "mcp" else AGENT_TOOLS)
+    out: list[dict[str, Any]] = []
+    for name in chosen:
+        spec = TOOLS[name]
+        schema = copy.deepcopy(spec["input"])
+        if fmt == "openai":
+            function = {"name": name, "description": spec["description"], "parameters": schema}
+            out.append({"type": "function", "function": function})
+        elif fmt == "anthropic":
+            out.append({"name": name, "description": spec["description"], "input_schema": schema})
+        else:
+            hints = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+            out.append(
+                {
+                    "name": name,
+                    "title": _TITLES[name],
+                    "description": spec["description"],
+                    "inputSchema": schema,
+                    "outputSchema": copy.deepcopy(spec["output"]),
+                    "annotations": {"title": _TITLES[name], **hints},
+                }
+            )
+    return out
+
+
+# -- dispatch ------------------------------------------------------------------------------------------
+
+
+def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result shape of tool ``name`` carrying ``error`` (``{error}`` for an unknown tool)."""
+    if name == "memory_search":
+        return {"results": [], "error": message}
+    if name == "memory_get":
+        path = (arguments or {}).get("path")
+        return {"path": path if isinstance(path, str) else "", "text": "", "error": message}
+    return {"error": message}
+
+
+def call_tool(memory: Memory, name: str, arguments: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
+    """Run tool ``name`` with ``arguments`` (a dict, a JSON object string as OpenAI sends it, or None).
+
+    Always returns the tool's result shape: memory_search ``{results, provider, model, mode, ...}``,
+    memory_get ``{path, text}``, memory_status the status object. Invalid arguments, unknown tools and
+    failures return that shape with an ``error`` saying what to change; no exception escapes.
+    """
+    if not isinstance(name, str) or name not in TOOLS:
+        known = ", ".join(ALL_TOOLS)
+        return {"error": f"unknown tool {name!r}; mdmemory provides {known}"}
+    args, problem = _parse_arguments(arguments)
+    if problem is None:
+        problem = validate_arguments(TOOLS[name]["input"], args)
+    if problem is not None:
+        return error_result(name, f"invalid arguments for {name}: {problem}", args)
+    try:
+        return _RUNNERS[name](memory, args)
+    except MdMemoryError as exc:
+        return error_result(name, str(exc), args)
+    except Exception as exc:  # noqa: BLE001 - the contract: errors are results, never exceptions
+        return error_result(name, f"internal error ({type(exc).__name__}): {exc}", args)
+
+
+def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str | None]:
+    if arguments is None:
+        return {}, None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(arguments, Mapping):
+        return {}, f"arguments must be a JSON object, got {type(arguments).__name__}"
+    return dict(arguments), None
+
+
+_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+
+
+def validate_arguments(schema: Mapping[str, Any], args: dict[str, Any]) -> str | None:
+    """Check ``args`` against one of the flat object schemas above; None, or what is wrong and how to fix it.
+
+    Integral floats (``5.0``) are accepted for integers and converted in place.
+    """
+    props: Mapping[str, Any] = schema.get("properties", {})
+    for key in args:
+        if key not in props:
+            hint = next((p for p in props if _norm(p) == _norm(key)), None)
+            did = f" (did you mean {hint!r}?)" if hint else ""
+            valid = ", ".join(props) or "none"
+            return f"unknown argument {key!r}{did}; valid arguments: {valid}"
+    for key in schema.get("required", ()):
+        if key not in args:
+            return f"missing required argument {key!r}"
+    for key, rule in props.items():
+        if key not in args:
+            continue
+        value = args[key]
+        kind = rule["type"]
+        if kind == "integer" and isinstance(value, float) and value.is_integer():
+            value = args[key] = int(value)
+        if not _JSON_TYPES[kind](value):
+            return f"{key!r} must be {'an' if kind == 'integer' else 'a'} {kind}, got {json.dumps(value)}"
+        if kind == "string" and len(value.strip()) < rule.get("minLength", 0):
+            return f"{key!r} must not be empty"
+        low, high = rule.get("minimum"), rule.get("maximum")
+        if (low is not None and value < low) or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
+            return f"{key!r} must be {bounds}, got {value}"
+    return None
+
+
+def _norm(key: str) -> str:
+    return key.lower().replace("_", "").replace("-", "")
+
+
+def _search(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return memory.search(args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"))
+
+
+def _get(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return memory.get(args["path"], from_line=args.get("from"), lines=args.get("lines"))
+
+
+def _status(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+    return memory.status()
+
+
+_RUNNERS: dict[str, Callable[[Memory, dict[str, Any]], dict[str, Any]]] = {
+    "memory_search": _search,
+    "memory_get": _get,
+    "memory_status": _status,
+}

@@ -1,0 +1,133 @@
+"""Agent-integration subcommands: ``tools``, ``mcp``, ``flush check|done|compacted|reset``, ``context``,
+``remember``. ``register`` adds them to the ``mdmemory`` parser; like every command in ``cli.py`` each
+handler takes ``(args, mem)`` and returns ``(result, formatter)``, and ``cli.main`` prints the result as
+JSON (``--json``) or through the formatter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from mdmemory.agent.context import KINDS, session_context
+from mdmemory.agent.flush import check_flush, record_compaction, record_flush, reset_session
+from mdmemory.agent.remember import remember
+from mdmemory.agent.schemas import FORMATS, tool_definitions
+
+if TYPE_CHECKING:
+    from mdmemory.memory import Memory
+
+Result = tuple[dict[str, Any], Callable[[dict[str, Any]], str]]
+
+
+def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
+    """Add the agent-integration subcommands to ``sub`` (the ``mdmemory`` subparsers); ``common`` is the
+    parent parser holding ``--config``, ``--agent`` and ``--json``."""
+    p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
+    p.add_argument("--format", dest="tool_format", choices=FORMATS, default="openai", help="default: openai")
+    p.set_defaults(func=cmd_tools, needs_memory=False)
+
+    p = sub.add_parser("mcp", parents=[common], help="serve memory_search, memory_get, memory_status over MCP (stdio)")
+    p.set_defaults(func=cmd_mcp)
+
+    flush = sub.add_parser("flush", help="pre-compaction memory flush: check, record, reset")
+    fsub = flush.add_subparsers(dest="flush_command", required=True, parser_class=type(flush))
+    p = fsub.add_parser("check", parents=[common], help="is the silent flush turn due now?")
+    p.add_argument("session_key", metavar="SESSION_KEY", help="the runtime's session key")
+    p.add_argument(
+        "--total-tokens",
+        "--tokens",
+        dest="total_tokens",
+        type=int,
+        required=True,
+        metavar="N",
+        help="the session's current context size estimate, in tokens",
+    )
+    p.add_argument("--context-window", type=int, required=True, metavar="N", help="the model's context window")
+    p.add_argument("--read-only", action="store_true", help="the workspace is read-only here: skip the flush")
+    p.add_argument("--today", metavar="YYYY-MM-DD", help="date for the prompts (default: today)")
+    p.set_defaults(func=cmd_flush_check)
+    for name, func, text in (
+        ("done", cmd_flush_done, "record that the flush turn ran"),
+        ("compacted", cmd_flush_compacted, "record that the runtime compacted the session"),
+        ("reset", cmd_flush_reset, "the session was reset: clear its flush and compaction records"),
+    ):
+        p = fsub.add_parser(name, parents=[common], help=text)
+        p.add_argument("session_key", metavar="SESSION_KEY", help="the runtime's session key")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("context", parents=[common], help="session-start context: recent daily logs (+ MEMORY.md)")
+    p.add_argument("--kind", choices=KINDS, default="main", help="main (private, gets MEMORY.md) or group")
+    p.add_argument("--today", metavar="YYYY-MM-DD", help="default: today in agents.defaults.userTimezone")
+    p.add_argument("--max-chars", type=int, metavar="N", help="default: sessionContext.maxChars")
+    p.set_defaults(func=cmd_context)
+
+    p = sub.add_parser("remember", parents=[common], help="append a timestamped note to today's log")
+    p.add_argument("text", nargs="+", metavar="TEXT")
+    p.add_argument("--long-term", action="store_true", help="append to MEMORY.md instead")
+    p.set_defaults(func=cmd_remember)
+
+
+# -- handlers ----------------------------------------------------------------------------------------------
+
+
+def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:
+    result = {"format": args.tool_format, "tools": tool_definitions(args.tool_format)}
+    return result, lambda r: json.dumps(r["tools"], indent=2, ensure_ascii=False)
+
+
+def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
+    from mdmemory.mcp_server import run
+
+    run(mem)
+    raise SystemExit(0)  # stdout belonged to the MCP client: print nothing after the session ends
+
+
+def cmd_flush_check(args: argparse.Namespace, mem: Memory) -> Result:
+    writable = False if args.read_only else None
+    decision = check_flush(
+        mem.agent, args.session_key, args.total_tokens, args.context_window, writable=writable, today=args.today
+    )
+    result = {"sessionKey": args.session_key, "totalTokens": args.total_tokens, **decision.to_dict()}
+    return result, _format_check
+
+
+def _format_check(r: dict[str, Any]) -> str:
+    lines = [f"{'due' if r['due'] else 'not due'}: {r['reason']}"]
+    if r["due"]:
+        lines += ["", f"system: {r['systemPrompt']}", f"prompt: {r['prompt']}"]
+    return "\n".join(lines)
+
+
+def cmd_flush_done(args: argparse.Namespace, mem: Memory) -> Result:
+    return record_flush(mem.agent, args.session_key), _format_entry
+
+
+def cmd_flush_compacted(args: argparse.Namespace, mem: Memory) -> Result:
+    return record_compaction(mem.agent, args.session_key), _format_entry
+
+
+def cmd_flush_reset(args: argparse.Namespace, mem: Memory) -> Result:
+    result = reset_session(mem.agent, args.session_key)
+    return result, lambda r: f"{r['sessionKey']}: cleared {', '.join(r['cleared']) or 'nothing (no records)'}"
+
+
+def _format_entry(r: dict[str, Any]) -> str:
+    at = r.get("memoryFlushAt")
+    flushed = "never" if at is None else datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{r['sessionKey']}: {r.get('compactionCount', 0)} compaction(s), last flush {flushed}" + (
+        f" (in compaction cycle {r['memoryFlushCompactionCount']})" if at is not None else ""
+    )
+
+
+def cmd_context(args: argparse.Namespace, mem: Memory) -> Result:
+    result = session_context(mem.agent, args.kind, args.today, max_chars=args.max_chars)
+    return result, lambda r: r["text"] or f"(no memory files for a {r['kind']} session on {r['today']})"
+
+
+def cmd_remember(args: argparse.Namespace, mem: Memory) -> Result:
+    result = remember(mem.agent, " ".join(args.text), long_term=args.long_term)
+    return result, lambda r: f"{r['path']}: {r['line']}"

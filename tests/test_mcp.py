@@ -1,0 +1,145 @@
+"""The MCP server driven by a real MCP client session over stdio (a spawned server process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mdmemory.agent.schemas import tool_definitions
+from mdmemory.tools import RESULT_KEYS
+from tests.agent_helpers import write_config
+from tests.conftest import REPO, write
+
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install 'mdmemory[mcp]'")
+anyio = pytest.importorskip("anyio")
+from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
+
+Session = Callable[[ClientSession], Awaitable[None]]
+
+
+@pytest.fixture
+def config(tmp_path: Path, workspace: Path) -> Path:
+    write(workspace / "MEMORY.md", "# Long-term memory\n\n## Infra\n\n- Backups run nightly at 02:30 with restic.\n")
+    write(workspace / "memory/2026-03-09.md", "# 2026-03-09\n\n- Booked the vet for Pixel on Thursday.\n")
+    return write_config(tmp_path / "config.json5", workspace)
+
+
+def drive(args: list[str], isolated_env: Path, body: Session) -> None:
+    """Spawn ``python ARGS`` from the repository and run ``body`` in an initialised client session."""
+    env = {"MDMEMORY_HOME": str(isolated_env), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=str(REPO))
+
+    async def main() -> None:
+        with anyio.fail_after(60), open(os.devnull, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write_stream):
+                async with ClientSession(read, write_stream) as session:
+                    init = await session.initialize()
+                    assert init.server_info.name == "mdmemory"
+                    await body(session)
+
+    anyio.run(main)
+
+
+def structured(result: Any) -> dict[str, Any]:
+    """The tool result object; the text block carries the same JSON."""
+    assert json.loads(result.content[0].text) == result.structured_content
+    return result.structured_content
+
+
+def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        listed = await session.list_tools()
+        seen["tools"] = [t.model_dump(by_alias=True, exclude_none=True) for t in listed.tools]
+        seen["search"] = await session.call_tool("memory_search", {"query": "when do the backups run"})
+        seen["get"] = await session.call_tool("memory_get", {"path": "MEMORY.md", "from": 5, "lines": 1})
+        seen["traversal"] = await session.call_tool("memory_get", {"path": "../secrets.md"})
+        seen["invalid"] = await session.call_tool("memory_search", {"query": "x", "limit": 3})
+        seen["status"] = await session.call_tool("memory_status", {})
+
+    drive(["-m", "mdmemory.mcp_server", "--config", str(config)], isolated_env, body)
+
+    tools = {t["name"]: t for t in seen["tools"]}
+    assert list(tools) == ["memory_search", "memory_get", "memory_status"]
+    for expected in tool_definitions("mcp"):
+        assert tools[expected["name"]]["inputSchema"] == expected["inputSchema"]
+        assert tools[expected["name"]]["description"] == expected["description"]
+        assert tools[expected["name"]]["annotations"]["readOnlyHint"] is True
+
+    search = structured(seen["search"])
+    assert seen["search"].is_error is False
+    assert {"results", "provider", "model", "mode"} <= set(search)
+    assert (search["provider"], search["mode"]) == ("hash", "hybrid")
+    hit = search["results"][0]
+    assert tuple(hit) == RESULT_KEYS
+    assert (hit["path"], hit["source"]) == ("MEMORY.md", "memory") and "02:30" in hit["snippet"]
+    assert isinstance(hit["startLine"], int) and hit["endLine"] >= hit["startLine"] and 0 < hit["score"] <= 1
+
+    assert structured(seen["get"]) == {"path": "MEMORY.md", "text": "- Backups run nightly at 02:30 with restic."}
+    assert seen["get"].is_error is False
+
+    traversal = structured(seen["traversal"])
+    assert seen["traversal"].is_error is True
+    assert traversal["text"] == "" and "traversal" in traversal["error"]
+
+    invalid = structured(seen["invalid"])
+    assert seen["invalid"].is_error is True and invalid["results"] == []
+    assert "unknown argument 'limit'" in invalid["error"]
+
+    status = structured(seen["status"])
+    assert status["agent"] == "main" and status["files"] == 2  # the search indexed both files
+
+
+def test_through_the_command_line_and_without_loading_a_model(
+    tmp_path: Path, workspace: Path, isolated_env: Path
+) -> None:
+    """``mdmemory mcp`` with a local model that cannot load: initialize, listing and memory_get still work."""
+    write(workspace / "MEMORY.md", "# Long-term memory\n\n- fact\n")
+    missing = tmp_path / "no-such-model.gguf"
+    cfg = write_config(
+        tmp_path / "c.json5", workspace, {"memorySearch": {"provider": "local", "local": {"modelPath": str(missing)}}}
+    )
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        seen["names"] = [t.name for t in (await session.list_tools()).tools]
+        seen["get"] = await session.call_tool("memory_get", {"path": "MEMORY.md"})
+        seen["search"] = await session.call_tool("memory_search", {"query": "fact"})
+        seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md", "from": 3})
+
+    drive(["-m", "tests.agent_helpers", "mcp", "--config", str(cfg)], isolated_env, body)
+    assert seen["names"] == ["memory_search", "memory_get", "memory_status"]
+    assert structured(seen["get"])["text"] == "# Long-term memory\n\n- fact\n"
+    search = structured(seen["search"])  # the model fails to load on first use: an error result, no crash
+    assert seen["search"].is_error is True and search["results"] == [] and str(missing) in search["error"]
+    assert structured(seen["after"]) == {"path": "MEMORY.md", "text": "- fact\n"}
+
+
+def test_importing_and_building_the_server_loads_no_embedding_backend(config: Path) -> None:
+    code = (
+        "import sys\n"
+        "from mdmemory.memory import Memory\n"
+        "from mdmemory.mcp_server import build_server\n"
+        f"build_server(Memory.open(config_path={str(config)!r}))\n"
+        "print(sorted(m for m in ('llama_cpp', 'openai', 'huggingface_hub') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
+def test_bad_config_exits_2_with_a_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json5"
+    bad.write_text("{ agents: { defaults: { compaction: { reserveTokensFlor: 1 } } } }")
+    done = subprocess.run(
+        [sys.executable, "-m", "mdmemory.mcp_server", "--config", str(bad)], capture_output=True, text=True, cwd=REPO
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert "did you mean 'reserveTokensFloor'" in done.stderr
