@@ -79,7 +79,7 @@ def parse_evidence(raw: Iterable[str]) -> tuple[list[str], int]:
 
 
 def session_datetime(text: str) -> datetime:
-    """ "1:56 pm on 8 May, 2023" -> datetime."""
+    """Parse a session stamp such as ``1:56 pm on 8 May, 2023``."""
     return datetime.strptime(" ".join(text.split()), "%I:%M %p on %d %B, %Y")
 
 

@@ -96,7 +96,10 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
     full = time.monotonic() - t0
     agent = load_config(config).agent()
     killed_midway = 0
-    for round_no in range(55):
+    round_no = 0
+    while killed_midway < 50:  # at least 50 kills that really interrupted a running sync process
+        round_no += 1
+        assert round_no <= 200, f"only {killed_midway} of 200 kills landed while the process was running"
         mutate(workspace, rng)
         if round_no % 9 == 4:  # now and then a chunking change: the kill lands in a rebuild
             write_config(config, workspace, rng.choice([120, 200, 300]))
@@ -107,7 +110,6 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
         check_invariants(agent.store_path)
         with Memory(agent) as reader:  # the interrupted index opens and answers
             assert isinstance(reader.search("alpha bravo")["results"], list)
-    assert killed_midway >= 30, killed_midway  # most kills really interrupted a running process
     with Memory(load_config(config).agent()) as mem:  # the next sync converges to the files on disk
         mem.sync()
         check_invariants(agent.store_path)
