@@ -95,7 +95,8 @@ def build(path: Path, n: int, seed: int = 7) -> float:
             ]
             vecs = rng.normal(size=(count, DIMS)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            store.replace_file(FileRow(rel, "memory", f"hash{f}", 0.0, 0), rows, vecs)
+            per_chunk = [([f"v{f + i}"], vecs[i : i + 1]) for i in range(count)]
+            store.replace_file(FileRow(rel, "memory", f"hash{f}", 0.0, 0), rows, per_chunk)
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return time.perf_counter() - started
 

@@ -45,6 +45,7 @@ DEFAULT_STORE_PATH = "{home}/state/memory/{agentId}.sqlite"
 ProviderName = Literal["auto", "local", "openai", "none", "hash"]
 FallbackName = Literal["openai", "local", "none"]
 FusionName = Literal["weighted", "rrf"]
+KeywordScoreName = Literal["relative", "coverage", "blend"]
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class StoreConfig:
 class ChunkingConfig:
     tokens: int = 400
     overlap: int = 80
+    window_tokens: int = 64  # also embed windows of about this many tokens per chunk (0: one vector per chunk)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class HybridConfig:
 class QueryConfig:
     max_results: int = 6
     min_score: float = 0.35
+    keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
 
 
@@ -218,6 +221,7 @@ RANGES: dict[str, _Range] = {
     "local.contextSize": _Range(32),
     "chunking.tokens": _Range(32, 8192),
     "chunking.overlap": _Range(0),  # and < chunking.tokens, checked after merging
+    "chunking.windowTokens": _Range(0, 8192),
     "sync.watchDebounceMs": _Range(0, 600_000),
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -17,12 +18,13 @@ from mdmemory.chunker import Chunk, chunk_markdown
 from mdmemory.config import MemorySearchConfig
 from mdmemory.errors import LockError, ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.store import ChunkRow, FileRow, Store, transaction
+from mdmemory.store import ChunkRow, ChunkVectors, FileRow, Store, transaction
 from mdmemory.store.connection import remove_database
 from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
+from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import MemoryFile, Workspace, read_text
 
-SCHEMA_IDENTITY = 1
+SCHEMA_IDENTITY = 2
 CHUNKER_VERSION = 1
 Progress = Callable[[int, int, str], None]
 
@@ -48,11 +50,60 @@ class SyncReport:
 
 
 def embedding_input(chunk: Chunk | ChunkRow) -> str:
-    """The text sent to the embedding model: the heading path, then the chunk text."""
+    """The text sent to the embedding model for a whole chunk: the heading path, then the chunk text."""
     first = chunk.text.lstrip().split("\n", 1)[0]
     if chunk.heading and not first.startswith("#"):
         return f"{chunk.heading}\n{chunk.text}"
     return chunk.text
+
+
+_ATX = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+
+
+def embedding_inputs(chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCounter | None = None) -> list[str]:
+    """The whole chunk's input, then one input per window of about ``window_tokens`` tokens.
+
+    Windows are runs of whole non-blank lines, each prefixed with the heading path in force at its
+    first line (so a line keeps its section and date). A chunk that fits in one window has no windows:
+    its whole-chunk vector already is that window.
+    """
+    whole = embedding_input(chunk)
+    if not window_tokens:
+        return [whole]
+    count = count or estimate_tokens
+    path = [(i + 1, part) for i, part in enumerate(chunk.heading.split(" > ")) if part] if chunk.heading else []
+    windows: list[str] = []
+    lines: list[str] = []
+    used = 0
+    prefix = " > ".join(t for _, t in path)
+
+    def flush() -> None:
+        if lines:
+            body = "\n".join(lines)
+            windows.append(f"{prefix}\n{body}" if prefix else body)
+            lines.clear()
+
+    for line in chunk.text.split("\n"):
+        m = _ATX.match(line)
+        if m:
+            flush()
+            used = 0
+            level = len(m.group(1))
+            path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
+            prefix = " > ".join(t for _, t in path)
+            continue
+        if not line.strip():
+            continue
+        cost = count(line)
+        if lines and used + cost > window_tokens:
+            flush()
+            used = 0
+        lines.append(line)
+        used += cost
+    flush()
+    if len(windows) <= 1:
+        return [whole]
+    return [whole, *windows]
 
 
 def is_utf8(name: str) -> bool:
@@ -103,6 +154,7 @@ class Indexer:
             "dims": p.dims if p else None,
             "chunkTokens": self.settings.chunking.tokens,
             "chunkOverlap": self.settings.chunking.overlap,
+            "windowTokens": self.settings.chunking.window_tokens,
         }
 
     def identity_matches(self) -> bool:
@@ -240,44 +292,40 @@ class Indexer:
         report.indexed += 1
         report.chunks += len(rows)
 
-    def _vectors_for(self, rows: list[ChunkRow], report: SyncReport) -> np.ndarray | None:
-        """Vectors for ``rows``: from the cache or the live index when the text was seen, else embedded."""
+    def _vectors_for(self, rows: list[ChunkRow], report: SyncReport) -> list[ChunkVectors] | None:
+        """Each chunk's vectors (the whole chunk, then its windows): cached or stored ones when the exact
+        input was embedded before, fresh embeddings otherwise."""
         p = self.provider
         assert p is not None
         if not rows:
             return None
-        hashes = [r.embed_hash for r in rows]
+        count = p.count_tokens if self.settings.chunking.window_tokens else None
+        inputs = [embedding_inputs(r, self.settings.chunking.window_tokens, count) for r in rows]
+        texts = {sha256(t): t for group in inputs for t in group}
+        hashes = list(texts)
         known: dict[str, np.ndarray] = {}
         if self.settings.cache.enabled:
             known = self.store.cache_get(p.id, p.model, p.provider_key, hashes)
-        missing = [h for h in dict.fromkeys(hashes) if h not in known]
+        reused = set(known)
+        missing = [h for h in hashes if h not in known]
         if missing:
-            known.update(self._from_index(missing))
-        todo = [r for r in {r.embed_hash: r for r in rows}.values() if r.embed_hash not in known]
-        report.from_cache += sum(1 for h in hashes if h in known)
+            known.update(self.store.vectors_by_hash(missing))
+        todo = [h for h in hashes if h not in known]
+        report.from_cache += len(hashes) - len(todo)
         if todo:
-            fresh = p.embed_documents([embedding_input(r) for r in todo])
-            new = {r.embed_hash: v for r, v in zip(todo, fresh, strict=True)}
+            fresh = p.embed_documents([texts[h] for h in todo])
+            new = dict(zip(todo, fresh, strict=True))
             known.update(new)
             report.embedded += len(todo)
             if self.settings.cache.enabled:
                 self.store.cache_put(p.id, p.model, p.provider_key, new)
-        if self.settings.cache.enabled:
-            self.store.cache_touch(p.id, p.model, p.provider_key, [h for h in hashes if h not in missing])
-        return np.stack([known[h] for h in hashes])
-
-    def _from_index(self, hashes: list[str]) -> dict[str, np.ndarray]:
-        found: dict[str, np.ndarray] = {}
-        if self.store.vec_dims() is None:
-            return found
-        ids: dict[int, str] = {}
-        for h in hashes:
-            row = self.store.conn.execute("SELECT id FROM chunks WHERE embed_hash = ? LIMIT 1", (h,)).fetchone()
-            if row:
-                ids[int(row[0])] = h
-        for rid, vec in self.store.vectors_for(list(ids)).items():
-            found[ids[rid]] = vec
-        return found
+        if self.settings.cache.enabled and reused:
+            self.store.cache_touch(p.id, p.model, p.provider_key, list(reused))
+        out: list[ChunkVectors] = []
+        for group in inputs:
+            keys = [sha256(t) for t in group]
+            out.append((keys, np.stack([known[k] for k in keys])))
+        return out
 
     # -- staleness ---------------------------------------------------------------------------------
     def changed_files(self) -> list[tuple[str, str, int]]:

@@ -191,7 +191,13 @@ class Memory:
         elif provider is not None:
             notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
         outcome = run_search(
-            self.store, query, query_vector=vector, max_results=limit, min_score=threshold, hybrid=q.hybrid
+            self.store,
+            query,
+            query_vector=vector,
+            max_results=limit,
+            min_score=threshold,
+            hybrid=q.hybrid,
+            keyword_score=q.keyword_score,
         )
         response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
         if self.choice.fallback:

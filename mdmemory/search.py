@@ -3,10 +3,15 @@
 Scoring rules (also in the README):
 
 - Vector score = cosine similarity (1 - cosine distance), clamped to [0, 1].
-- Keyword score: FTS5 ``bm25()`` is negative, more negative is better. It is negated and divided by the
-  best candidate's value, so the best keyword match scores 1.0 and the rest scale below it. CJK text is
-  matched through the trigram table (and a substring scan for one- or two-character words); the keyword
-  score of a chunk is the best of its normalised scores.
+- Keyword score: FTS5 ``bm25()`` (porter-stemmed, diacritics removed) is negative, more negative is better.
+  ``query.keywordScore`` maps it to [0, 1]: ``relative`` negates it and divides by the best candidate's,
+  so the best keyword match scores 1.0; ``coverage`` divides by the score of an average chunk holding
+  every query term once (the sum of the terms' IDFs); ``blend`` (default) is ``relative`` times the IDF
+  share of the query's terms the chunk holds, so one rare word of five scores low even as the best match.
+  CJK text is matched through the trigram table (and a substring scan for one- or two-character words,
+  normalised relative to the best); a chunk's keyword score is the best of its normalised scores.
+- Every candidate is scored on both sides: a chunk found only by keywords gets its stored vectors
+  similarity to the query (a chunk's vector score is its best vector: whole chunk or one of its windows).
 - Weighted fusion (default): ``vectorWeight * vector + textWeight * keyword`` (weights sum to 1).
   Reciprocal-rank fusion: ``sum(weight / (k + rank))`` divided by its maximum ``1 / (k + 1)``.
 - ``minScore`` filters fused scores, but never hides an exact keyword hit: a chunk that contains every
@@ -17,6 +22,7 @@ Scoring rules (also in the README):
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -139,6 +145,37 @@ def normalise_bm25(ranked: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {rid: value / best for rid, value in positive.items()}
 
 
+def coverage_bm25(ranked: Sequence[tuple[int, float]], ideal: float) -> dict[int, float]:
+    """Map FTS5 bm25 values to [0, 1] against ``ideal``: the score of an average-length chunk that holds
+    every query term once (the sum of the terms' IDFs). Matching one term of five scores low even when
+    no candidate does better; matching them all scores 1."""
+    if not ranked:
+        return {}
+    if ideal <= 0:
+        return normalise_bm25(ranked)
+    return {rid: min(1.0, max(-rank, 0.0) / ideal) for rid, rank in ranked}
+
+
+def term_weights(store: Store, terms: Sequence[str], candidates: Sequence[int]) -> tuple[float, dict[int, float]]:
+    """FTS5's BM25 IDF of each term (a term absent from the index counts as if in one chunk): their sum,
+    and for each candidate the sum over the terms it contains."""
+    total = store.chunk_count()
+    wanted = set(candidates)
+    ideal = 0.0
+    held: dict[int, float] = dict.fromkeys(candidates, 0.0)
+    for term in terms:
+        match = fts_match([term])
+        if match is None:
+            continue
+        ids = store.matching_ids(match, total + 1)
+        df = max(1, len(ids))
+        idf = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf, floored the same way
+        ideal += idf
+        for rid in wanted.intersection(ids):
+            held[rid] += idf
+    return ideal, held
+
+
 def fuse_weighted(vec: dict[int, float], text: dict[int, float], wv: float, wt: float) -> dict[int, float]:
     return {i: wv * vec.get(i, 0.0) + wt * text.get(i, 0.0) for i in set(vec) | set(text)}
 
@@ -213,6 +250,7 @@ def search(
     max_results: int,
     min_score: float,
     hybrid: HybridConfig,
+    keyword_score: str = "coverage",
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only."""
     terms = query_terms(query)
@@ -220,7 +258,13 @@ def search(
     use_keywords = query_vector is None or hybrid.enabled
     vec_ranked: list[tuple[int, float]] = store.knn(query_vector, candidates) if query_vector is not None else []
     vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
-    text_scores = _keyword_scores(store, query, terms, candidates) if use_keywords else {}
+    text_scores = _keyword_scores(store, query, terms, candidates, keyword_score) if use_keywords else {}
+    if query_vector is not None and hybrid.enabled:
+        # Score every candidate on both sides: a chunk found only by keywords gets its real vector
+        # similarity rather than 0, so the vector weight does not bury exact keyword hits.
+        unseen = [rid for rid in text_scores if rid not in vec_scores]
+        for rid, sim in store.chunk_similarities(unseen, query_vector).items():
+            vec_scores[rid] = min(1.0, max(0.0, sim))
 
     if query_vector is None:
         mode = "keyword"
@@ -264,16 +308,25 @@ def _prune_common(store: Store, terms: list[str]) -> list[str]:
     return rare or terms
 
 
-def _keyword_scores(store: Store, query: str, terms: list[str], k: int) -> dict[int, float]:
+def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring: str) -> dict[int, float]:
     scores: dict[int, float] = {}
 
     def merge(found: dict[int, float]) -> None:
         for rid, s in found.items():
             scores[rid] = max(scores.get(rid, 0.0), s)
 
-    match = fts_match(_prune_common(store, keyword_terms(terms)))
+    kept = _prune_common(store, keyword_terms(terms))
+    match = fts_match(kept)
     if match:
-        merge(normalise_bm25(store.keyword(match, k)))
+        ranked = store.keyword(match, k)
+        if scoring == "relative":
+            merge(normalise_bm25(ranked))
+        else:
+            ideal, held = term_weights(store, kept, [rid for rid, _ in ranked])
+            if scoring == "coverage":
+                merge(coverage_bm25(ranked, ideal))
+            else:  # "blend": relative BM25 times the IDF share of the query's terms the chunk holds
+                merge({rid: s * held[rid] / ideal if ideal > 0 else s for rid, s in normalise_bm25(ranked).items()})
     tri, short = cjk_match(query)
     if tri:
         merge(normalise_bm25(store.trigram(tri, k)))

@@ -62,11 +62,13 @@ def check_invariants(store_path: Path) -> None:
         c.execute("INSERT INTO chunks_trigram(chunks_trigram) VALUES ('integrity-check')")
         chunk_ids = {r[0] for r in c.execute("SELECT id FROM chunks")}
         if s.vec_dims() is not None:
-            assert {r[0] for r in c.execute("SELECT id FROM chunk_vectors")} == chunk_ids
-            assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec")} == chunk_ids
-            assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec_bits")} == chunk_ids
+            vector_ids = {r[0] for r in c.execute("SELECT id FROM vectors")}
+            owners = {r[0] for r in c.execute("SELECT DISTINCT chunk_id FROM vectors")}
+            assert owners == chunk_ids  # every chunk has vectors, no vector outlives its chunk
+            assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec")} == vector_ids
+            assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec_bits")} == vector_ids
         else:
-            assert c.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0] == 0
+            assert c.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0
         orphans = c.execute("SELECT count(*) FROM chunks WHERE path NOT IN (SELECT path FROM files)").fetchone()[0]
         assert orphans == 0
         per_file = dict(c.execute("SELECT path, count(*) FROM chunks GROUP BY path").fetchall())

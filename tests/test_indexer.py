@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mdmemory.chunker import chunk_markdown
+from mdmemory.indexer import embedding_inputs
 from mdmemory.memory import Memory
 from mdmemory.store import Store
 from tests.conftest import write
@@ -56,12 +57,14 @@ def test_edited_file_rows_are_replaced_exactly(workspace: Path, make_memory: Cal
     assert [(r.start_line, r.end_line, r.text) for r in rows] == [(c.start_line, c.end_line, c.text) for c in expected]
     assert mem.store.chunks_of("memory/other.md") == other_before
     counts = table_counts(mem.store)
-    assert counts["chunks"] == counts["vectors"] == len(expected) + 1
+    assert counts["chunks"] == len(expected) + 1
+    inputs = {text for row in mem.store.chunks_of("MEMORY.md") for text in embedding_inputs(row, 64)}
+    assert counts["vectors"] == len(inputs) + 1  # every chunk and window of both files, nothing stale
     assert mem.store.keyword('"word3x5"', 50) == []
     assert len(mem.store.keyword('"flamingo"', 50)) == 1
-    # only the chunks whose text changed were embedded again
-    assert 0 < report["embedded"] < len(expected)
-    assert report["from_cache"] == len(expected) - report["embedded"]
+    # only the inputs whose text changed were embedded again; the rest came from the cache
+    assert 0 < report["embedded"] < len(inputs) / 2
+    assert report["from_cache"] == len(inputs) - report["embedded"]
 
 
 def test_deleted_file_leaves_nothing_in_any_table(workspace: Path, make_memory: Callable[..., Memory]) -> None:
@@ -174,3 +177,28 @@ def test_search_syncs_small_edits_first(workspace: Path, make_memory: Callable[.
     mem.sync()
     write(workspace / "memory" / "2026-05-01.md", "remember the wombat")
     assert mem.search("wombat")["results"][0]["path"] == "memory/2026-05-01.md"
+
+
+def test_embedding_inputs_are_the_chunk_then_windows_with_their_heading() -> None:
+    from mdmemory.store import ChunkRow
+
+    text = "## 9 May\n\nCaroline: went hiking\nMelanie: nice\n\n## 10 May\n\nCaroline: bought a guitar"
+    row = ChunkRow("memory/d.md", "memory", 1, 7, "h", "e", "Log", text)
+    inputs = embedding_inputs(row, 8)  # about one line per window
+    assert inputs[0] == text  # the whole chunk (it starts with a heading, so no prefix)
+    assert inputs[1:] == [
+        "Log > 9 May\nCaroline: went hiking",
+        "Log > 9 May\nMelanie: nice",
+        "Log > 10 May\nCaroline: bought a guitar",
+    ]
+    assert embedding_inputs(row, 0) == [text]  # windows off
+    small = ChunkRow("MEMORY.md", "memory", 3, 3, "h", "e", "Prefs", "- tea, no sugar")
+    assert embedding_inputs(small, 64) == ["Prefs\n- tea, no sugar"]  # one window: the chunk itself
+
+
+def test_stemmed_keywords_match_other_word_forms(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    write(workspace / "memory" / "2026-02-02.md", "# Trip\n\nWe vacationed in Porto and visited bookshops.\n")
+    mem = make_memory(provider="none")
+    mem.sync()
+    assert mem.search("vacation")["results"][0]["path"] == "memory/2026-02-02.md"
+    assert mem.search("visiting")["results"][0]["path"] == "memory/2026-02-02.md"

@@ -185,7 +185,7 @@ def target_chunk(mem: Memory, case: Case) -> ChunkRow:
 def test_index_is_built_by_the_local_model(memory: Memory) -> None:
     status = memory.status()
     assert (status["provider"], status["indexProvider"], status["dims"]) == ("local", "local", 384)
-    assert status["files"] == len(FILES) and status["vectors"] == status["chunks"] >= 15
+    assert status["files"] == len(FILES) and status["vectors"] >= status["chunks"] >= 15
     assert status["staleFiles"] == [] and "fallback" not in status
 
 

@@ -17,6 +17,11 @@ def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
+def one_each(vectors: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
+    """One vector per chunk, in the store's per-chunk format."""
+    return [([f"v{i}"], vectors[i : i + 1]) for i in range(len(vectors))]
+
+
 def chunk(path: str, i: int, text: str) -> ChunkRow:
     return ChunkRow(path, "memory", i, i, f"h{i}", f"e-{path}-{i}", "", text)
 
@@ -59,11 +64,15 @@ def test_replace_file_swaps_every_row(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     with Store(tmp_path / "a.sqlite") as s:
         f = FileRow("memory/a.md", "memory", "hash1", 1.0, 10)
-        s.replace_file(f, [chunk("memory/a.md", 1, "alpha bravo"), chunk("memory/a.md", 2, "charlie")], unit(rng, 2, 8))
-        s.replace_file(FileRow("MEMORY.md", "memory", "x", 1.0, 1), [chunk("MEMORY.md", 1, "zulu")], unit(rng, 1, 8))
+        s.replace_file(
+            f, [chunk("memory/a.md", 1, "alpha bravo"), chunk("memory/a.md", 2, "charlie")], one_each(unit(rng, 2, 8))
+        )
+        s.replace_file(
+            FileRow("MEMORY.md", "memory", "x", 1.0, 1), [chunk("MEMORY.md", 1, "zulu")], one_each(unit(rng, 1, 8))
+        )
         assert s.counts()["chunks"] == 3 and s.counts()["vectors"] == 3
         before = fts_instances(s, "chunks_fts")
-        s.replace_file(f, [chunk("memory/a.md", 1, "delta")], unit(rng, 1, 8))
+        s.replace_file(f, [chunk("memory/a.md", 1, "delta")], one_each(unit(rng, 1, 8)))
         assert [c.text for c in s.chunks_of("memory/a.md")] == ["delta"]
         assert s.counts() == {"files": 2, "chunks": 2, "vectors": 2, "cacheEntries": 0}
         assert fts_instances(s, "chunks_fts") == before - 3 + 1
@@ -76,7 +85,9 @@ def test_delete_file_leaves_nothing_in_any_table(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     with Store(tmp_path / "a.sqlite") as s:
         f = FileRow("memory/b.md", "memory", "h", 1.0, 1)
-        s.replace_file(f, [chunk("memory/b.md", i, f"word{i} 寿司拉面{i}") for i in range(1, 5)], unit(rng, 4, 8))
+        s.replace_file(
+            f, [chunk("memory/b.md", i, f"word{i} 寿司拉面{i}") for i in range(1, 5)], one_each(unit(rng, 4, 8))
+        )
         s.delete_file("memory/b.md")
         assert s.counts() == {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}
         assert fts_instances(s, "chunks_fts") == 0
@@ -88,9 +99,9 @@ def test_failed_replace_rolls_back_whole_file(tmp_path: Path) -> None:
     rng = np.random.default_rng(3)
     with Store(tmp_path / "a.sqlite") as s:
         f = FileRow("memory/c.md", "memory", "h", 1.0, 1)
-        s.replace_file(f, [chunk("memory/c.md", 1, "original")], unit(rng, 1, 8))
+        s.replace_file(f, [chunk("memory/c.md", 1, "original")], one_each(unit(rng, 1, 8)))
         with pytest.raises(StoreError):  # wrong dimension -> nothing of the new version is kept
-            s.replace_file(f, [chunk("memory/c.md", 1, "replacement")], unit(rng, 1, 16))
+            s.replace_file(f, [chunk("memory/c.md", 1, "replacement")], one_each(unit(rng, 1, 16)))
         assert [c.text for c in s.chunks_of("memory/c.md")] == ["original"]
         assert s.counts()["vectors"] == 1
 
@@ -100,7 +111,7 @@ def test_knn_uses_the_vec0_index_and_matches_brute_force(tmp_path: Path) -> None
     vecs = unit(rng, 200, 16)
     with Store(tmp_path / "a.sqlite") as s:
         rows = [chunk("memory/k.md", i, f"text {i}") for i in range(200)]
-        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, vecs)
+        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, one_each(vecs))
         q = unit(rng, 1, 16)[0]
         got = s.knn(q, 10)
         ids = {c.id: c.start_line for c in s.chunks_of("memory/k.md")}
@@ -137,7 +148,7 @@ def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, mon
     vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float32)
     with Store(tmp_path / "a.sqlite") as s:
         rows = [chunk("memory/k.md", i, f"text {i}") for i in range(600)]
-        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, vecs)
+        s.replace_file(FileRow("memory/k.md", "memory", "h", 1.0, 1), rows, one_each(vecs))
         line_of = {c.id: c.start_line for c in s.chunks_of("memory/k.md")}
         hits = 0
         for _ in range(20):
@@ -151,3 +162,41 @@ def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, mon
             assert dists[0] == pytest.approx(1 - float(vecs[truth[0]] @ q), abs=1e-5)
             hits += len({line_of[i] for i, _ in got} & set(truth))
         assert hits / 200 >= 0.9  # recall@10 of the coarse-then-rescore path
+
+
+def test_migration_2_keeps_a_version_1_index_usable(tmp_path: Path) -> None:
+    """A database written by schema 1 (one vector per chunk, unstemmed FTS) migrates in place."""
+    import sqlean
+    import sqlite_vec
+
+    from mdmemory.store.schema import _M1_STATEMENTS
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlean.connect(str(path), isolation_level=None)
+    conn.enable_load_extension(True)
+    sqlite_vec.load(conn)
+    for statement in _M1_STATEMENTS:
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO chunks(id, path, source, start_line, end_line, hash, embed_hash, heading, text) "
+        "VALUES (7, 'MEMORY.md', 'memory', 1, 1, 'h', 'e7', '', 'we vacationed in Porto')"
+    )
+    conn.execute("INSERT INTO chunk_vectors(id, embedding) VALUES (7, ?)", (encode_vector([1, 0, 0, 0, 0, 0, 0, 0]),))
+    conn.close()
+    with Store(path) as s:
+        assert s.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert [r for r, _ in s.keyword('"vacation"', 5)] == [7]  # rebuilt with stemming
+        assert s.conn.execute("SELECT id, chunk_id, hash FROM vectors").fetchall() == [(7, 7, "e7")]
+
+
+def test_chunk_similarities_take_the_best_vector_of_each_chunk(tmp_path: Path) -> None:
+    with Store(tmp_path / "a.sqlite") as s:
+        rows = [chunk("memory/s.md", 1, "a"), chunk("memory/s.md", 2, "b")]
+        e = np.eye(4, dtype=np.float32)
+        s.replace_file(FileRow("memory/s.md", "memory", "h", 1.0, 1), rows, [(["x", "y"], e[:2]), (["z"], e[2:3])])
+        ids = [c.id for c in s.chunks_of("memory/s.md")]
+        sims = s.chunk_similarities(ids, np.array([0, 1, 0, 0], dtype=np.float32))
+        assert sims == {ids[0]: pytest.approx(1.0), ids[1]: pytest.approx(0.0)}
+        assert [cid for cid, _ in s.knn(np.array([0, 0.9, 0.1, 0], dtype=np.float32), 2)] == ids  # by best vector
+        assert s.vector_count() == 3 and s.counts()["chunks"] == 2

@@ -37,6 +37,10 @@ class FileRow:
     indexed_at: float = 0.0
 
 
+ChunkVectors = tuple[Sequence[str], np.ndarray]
+"""One chunk's vectors: the hashes of the embedded inputs and a (n, dims) array, row per input."""
+
+
 @dataclass(frozen=True)
 class ChunkRow:
     path: str
@@ -139,10 +143,13 @@ class Store:
         """Record a new mtime/size for a file whose content hash did not change."""
         self.conn.execute("UPDATE files SET mtime = ?, size = ? WHERE path = ?", (mtime, size, path))
 
-    def replace_file(self, file: FileRow, chunks: Sequence[ChunkRow], vectors: np.ndarray | None) -> None:
-        """Replace every row of ``file.path`` with ``chunks`` (and their vectors) in one transaction."""
+    def replace_file(self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors] | None) -> None:
+        """Replace every row of ``file.path`` with ``chunks`` and their vectors in one transaction.
+
+        ``vectors[i]`` holds chunk i's vectors: one per embedded window, each with the hash of its input.
+        """
         if vectors is not None and len(vectors) != len(chunks):
-            raise StoreError(f"{file.path}: {len(vectors)} vectors for {len(chunks)} chunks")
+            raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
         with self._tx():
             self._delete_rows(file.path)
             ids: list[int] = []
@@ -172,19 +179,24 @@ class Store:
         with self._tx():
             self.conn.execute("DELETE FROM chunks")
             self.conn.execute("DELETE FROM files")
-            self.conn.execute("DELETE FROM chunk_vectors")
+            self.conn.execute("DELETE FROM vectors")
             self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
             self.conn.execute("DROP TABLE IF EXISTS chunks_vec_bits")
             self.conn.execute("DELETE FROM meta WHERE key = 'vec_dims'")
 
     def _delete_rows(self, path: str) -> None:
-        ids = [(r[0],) for r in self.conn.execute("SELECT id FROM chunks WHERE path = ?", (path,))]
-        if ids and self.vec_dims() is not None:
+        if self.vec_dims() is not None:
+            ids = [
+                (r[0],)
+                for r in self.conn.execute(
+                    "SELECT v.id FROM vectors v JOIN chunks c ON c.id = v.chunk_id WHERE c.path = ?", (path,)
+                )
+            ]
             # one statement per rowid: vec0 resolves `rowid = ?` directly but scans for `rowid IN (...)`
             self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ids)
             if self._has_bits():
                 self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
-            self.conn.executemany("DELETE FROM chunk_vectors WHERE id = ?", ids)
+            self.conn.executemany("DELETE FROM vectors WHERE id = ?", ids)
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
 
     # -- vectors ----------------------------------------------------------------------------------
@@ -213,13 +225,22 @@ class Store:
             self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec_bits USING vec0(embedding bit[{dims}])")
         self.set_meta("vec_dims", dims)
 
-    def _insert_vectors(self, ids: list[int], vectors: np.ndarray) -> None:
-        self._ensure_vec_table(int(vectors.shape[1]))
-        rows = list(zip(ids, [encode_vector(v) for v in vectors], strict=True))
-        self.conn.executemany("INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", rows)
-        self.conn.executemany("INSERT INTO chunk_vectors(id, embedding) VALUES (?, ?)", rows)
+    def _insert_vectors(self, chunk_ids: list[int], vectors: Sequence[ChunkVectors]) -> None:
+        rows = [(cid, h, v) for cid, cv in zip(chunk_ids, vectors, strict=True) for h, v in zip(*cv, strict=True)]
+        if not rows:
+            return
+        matrix = np.stack([v for _, _, v in rows]).astype(np.float32)
+        self._ensure_vec_table(int(matrix.shape[1]))
+        blobs = [encode_vector(v) for v in matrix]
+        ids = []
+        for (cid, h, _), blob in zip(rows, blobs, strict=True):
+            cur = self.conn.execute("INSERT INTO vectors(chunk_id, hash, embedding) VALUES (?, ?, ?)", (cid, h, blob))
+            ids.append(int(cur.lastrowid))
+        self.conn.executemany(
+            "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", list(zip(ids, blobs, strict=True))
+        )
         if self._has_bits():
-            codes = np.packbits(vectors > 0, axis=1)
+            codes = np.packbits(matrix > 0, axis=1)
             self.conn.executemany(
                 "INSERT INTO chunks_vec_bits(rowid, embedding) VALUES (?, vec_bit(?))",
                 [(i, c.tobytes()) for i, c in zip(ids, codes, strict=True)],
@@ -228,13 +249,12 @@ class Store:
     def vector_count(self) -> int:
         if self.vec_dims() is None:
             return 0
-        return int(
-            self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM chunk_vectors").fetchone()[0])
-        )
+        return int(self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
 
+        A chunk may own several vectors (one per embedded window); its distance is its best window's.
         Up to ``EXACT_KNN_MAX_ROWS`` vectors the float index answers exactly. Above that, sqlite-vec finds
         the nearest 1-bit codes (Hamming distance on the signs, 32x less data to scan), and those
         candidates are rescored with their exact float vectors.
@@ -242,42 +262,72 @@ class Store:
         if self.vec_dims() is None or k <= 0:
             return []
         query = np.asarray(query, dtype=np.float32)
+        per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
+        want = int(k * min(per_chunk, 8) + 0.999)  # enough vectors to cover k distinct chunks
         if not self._has_bits() or self.vector_count() <= EXACT_KNN_MAX_ROWS:
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
-                "SELECT rowid, distance FROM knn ORDER BY distance",
-                (encode_vector(query), int(k)),
+                "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
+                "ORDER BY knn.distance",
+                (encode_vector(query), want),
             ).fetchall()
-            return [(int(r[0]), float(r[1])) for r in rows]
-        coarse = max(k * COARSE_FACTOR, COARSE_MIN)
-        candidates = [
-            int(r[0])
-            for r in self.conn.execute(
-                "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
-                "SELECT rowid FROM knn",
-                (np.packbits(query > 0).tobytes(), coarse),
-            )
-        ]
-        found = self.vectors_for(candidates)
-        if not found:
-            return []
-        ids = list(found)
-        matrix = np.stack([found[i] for i in ids])
-        norm = float(np.linalg.norm(query)) or 1.0
-        sims = matrix @ (query / norm) / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
-        order = np.argsort(-sims, kind="stable")[:k]
-        return [(ids[i], float(1.0 - sims[i])) for i in order]
+            hits = [(int(r[2]), float(r[1])) for r in rows]
+        else:
+            coarse = max(want * COARSE_FACTOR, COARSE_MIN)
+            ids = [
+                int(r[0])
+                for r in self.conn.execute(
+                    "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
+                    "SELECT rowid FROM knn",
+                    (np.packbits(query > 0).tobytes(), coarse),
+                )
+            ]
+            hits = [(cid, 1.0 - sim) for cid, sim in self._similarities("id", ids, query)]
+        best: dict[int, float] = {}
+        for cid, dist in hits:
+            if dist < best.get(cid, np.inf):
+                best[cid] = dist
+        return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
 
-    def vectors_for(self, ids: Sequence[int]) -> dict[int, np.ndarray]:
-        if self.vec_dims() is None or not ids:
-            return {}
-        out: dict[int, np.ndarray] = {}
-        for part in _batched(list(ids)):
+    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
+        best: dict[int, float] = {}
+        for cid, sim in self._similarities("chunk_id", chunk_ids, query):
+            best[cid] = max(best.get(cid, -1.0), sim)
+        return best
+
+    def _similarities(self, column: str, keys: Sequence[int], query: np.ndarray) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity) for every stored vector whose ``column`` is in ``keys``."""
+        if self.vec_dims() is None or not keys:
+            return []
+        owners: list[int] = []
+        blobs: list[bytes] = []
+        for part in _batched(list(keys)):
             marks = ",".join("?" * len(part))
-            for rid, blob in self.conn.execute(
-                f"SELECT id, embedding FROM chunk_vectors WHERE id IN ({marks})", tuple(part)
+            for cid, blob in self.conn.execute(
+                f"SELECT chunk_id, embedding FROM vectors WHERE {column} IN ({marks})", tuple(part)
             ):
-                out[int(rid)] = decode_vector(blob)
+                owners.append(int(cid))
+                blobs.append(blob)
+        if not owners:
+            return []
+        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(owners), -1)
+        q = np.asarray(query, dtype=np.float32)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        sims = matrix @ q / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+        return [(cid, float(sim)) for cid, sim in zip(owners, sims, strict=True)]
+
+    def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        """Stored vectors for embedding-input hashes (reuse without the cache, e.g. after a rename)."""
+        if self.vec_dims() is None or not hashes:
+            return {}
+        out: dict[str, np.ndarray] = {}
+        for part in _batched(list(dict.fromkeys(hashes))):
+            marks = ",".join("?" * len(part))
+            for h, blob in self.conn.execute(
+                f"SELECT hash, embedding FROM vectors WHERE hash IN ({marks})", tuple(part)
+            ):
+                out[h] = decode_vector(blob)
         return out
 
     # -- keyword ----------------------------------------------------------------------------------
@@ -296,6 +346,15 @@ class Store:
             "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (term_match, int(limit))
         ).fetchone()
         return int(row[0])
+
+    def matching_ids(self, term_match: str, limit: int) -> list[int]:
+        """Chunk ids matching ``term_match`` (in rowid order, no scoring), at most ``limit``."""
+        return [
+            int(r[0])
+            for r in self.conn.execute(
+                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?", (term_match, int(limit))
+            )
+        ]
 
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))

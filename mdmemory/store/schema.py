@@ -102,7 +102,28 @@ def _m1_initial(conn: sqlean.Connection) -> None:
         conn.execute(statement)
 
 
-MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [_m1_initial]
+def _m2_stemming_and_windows(conn: sqlean.Connection) -> None:
+    """Porter stemming for keywords; several vectors per chunk (one per window), keyed by their own id."""
+    conn.execute("DROP TABLE chunks_fts")
+    conn.execute(
+        "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='chunks', content_rowid='id', "
+        "tokenize='porter unicode61 remove_diacritics 2')"
+    )
+    conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+    conn.execute(
+        "CREATE TABLE vectors (id INTEGER PRIMARY KEY AUTOINCREMENT, chunk_id INTEGER NOT NULL, "
+        "hash TEXT NOT NULL, embedding BLOB NOT NULL)"
+    )
+    conn.execute("CREATE INDEX vectors_chunk ON vectors(chunk_id)")
+    conn.execute("CREATE INDEX vectors_hash ON vectors(hash)")
+    conn.execute(
+        "INSERT INTO vectors(id, chunk_id, hash, embedding) SELECT v.id, v.id, c.embed_hash, v.embedding "
+        "FROM chunk_vectors v JOIN chunks c ON c.id = v.id"
+    )
+    conn.execute("DROP TABLE chunk_vectors")
+
+
+MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [_m1_initial, _m2_stemming_and_windows]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
