@@ -46,7 +46,8 @@ test: $(VENV)/.test
 	$(BIN)/python -m pytest -q
 
 bench: $(VENV)/.test
-	$(BIN)/python benchmarks/search_latency.py
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python benchmarks/run_all.py
 
 lint: $(VENV)/.test
 	$(BIN)/ruff check mdmemory tests benchmarks
