@@ -59,6 +59,13 @@ def _batched(items: Sequence[Any], size: int = _SQL_VARS) -> Iterable[Sequence[A
         yield items[i : i + size]
 
 
+def _rows_in(conn: sqlean.Connection, sql: str, keys: Iterable[Any], params: tuple[Any, ...] = ()) -> Iterator[Any]:
+    """Rows of ``sql`` whose ``{marks}`` placeholder becomes ``IN (?, ...)`` over ``keys``, in batches that
+    stay under SQLite's bound-parameter limit; ``params`` are bound before the keys."""
+    for part in _batched(list(dict.fromkeys(keys))):
+        yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
+
+
 class Store:
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
@@ -302,13 +309,11 @@ class Store:
             return []
         owners: list[int] = []
         blobs: list[bytes] = []
-        for part in _batched(list(keys)):
-            marks = ",".join("?" * len(part))
-            for cid, blob in self.conn.execute(
-                f"SELECT chunk_id, embedding FROM vectors WHERE {column} IN ({marks})", tuple(part)
-            ):
-                owners.append(int(cid))
-                blobs.append(blob)
+        for cid, blob in _rows_in(
+            self.conn, f"SELECT chunk_id, embedding FROM vectors WHERE {column} IN ({{marks}})", keys
+        ):
+            owners.append(int(cid))
+            blobs.append(blob)
         if not owners:
             return []
         matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(owners), -1)
@@ -321,14 +326,8 @@ class Store:
         """Stored vectors for embedding-input hashes (reuse without the cache, e.g. after a rename)."""
         if self.vec_dims() is None or not hashes:
             return {}
-        out: dict[str, np.ndarray] = {}
-        for part in _batched(list(dict.fromkeys(hashes))):
-            marks = ",".join("?" * len(part))
-            for h, blob in self.conn.execute(
-                f"SELECT hash, embedding FROM vectors WHERE hash IN ({marks})", tuple(part)
-            ):
-                out[h] = decode_vector(blob)
-        return out
+        sql = "SELECT hash, embedding FROM vectors WHERE hash IN ({marks})"
+        return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes)}
 
     # -- keyword ----------------------------------------------------------------------------------
     def keyword(self, match: str, k: int) -> list[tuple[int, float]]:
@@ -390,16 +389,14 @@ class Store:
 
     # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        out: dict[int, ChunkRow] = {}
-        for part in _batched(list(ids)):
-            marks = ",".join("?" * len(part))
-            for r in self.conn.execute(
-                "SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM chunks "
-                f"WHERE id IN ({marks})",
-                tuple(part),
-            ):
-                out[int(r[0])] = ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0]))
-        return out
+        sql = (
+            "SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM chunks "
+            "WHERE id IN ({marks})"
+        )
+        return {
+            int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0]))
+            for r in _rows_in(self.conn, sql, ids)
+        }
 
     def chunks_of(self, path: str) -> list[ChunkRow]:
         rows = self.conn.execute(
@@ -421,17 +418,11 @@ class Store:
 
     # -- embedding cache --------------------------------------------------------------------------
     def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        unique = list(dict.fromkeys(hashes))
-        for part in _batched(unique):
-            marks = ",".join("?" * len(part))
-            for h, blob in self.conn.execute(
-                "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-                f"AND hash IN ({marks})",
-                (provider, model, key, *part),
-            ):
-                out[h] = decode_vector(blob)
-        return out
+        sql = (
+            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
+            "AND hash IN ({marks})"
+        )
+        return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes, (provider, model, key))}
 
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         now = time.time()
