@@ -295,7 +295,7 @@ def search(
             continue
         hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid)))
     hits.sort(key=lambda h: (-h.score, h.chunk.path, h.chunk.start_line))
-    snippet_terms = terms + [run for run in CJK_RUN.findall(query)]
+    snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
     return SearchOutcome(hits[:max_results], mode, snippet_terms)
 
 

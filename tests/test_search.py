@@ -220,3 +220,12 @@ def test_common_terms_are_pruned_only_in_large_indexes(
     assert calls[-1] == '"caroline"'  # never prune the only term
     mem.search("what did caroline say")
     assert calls[-1] == '"caroline"'  # stop words dropped, the content word kept
+
+
+def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    filler = "\n".join(f"- the note {i} is about the plan and the day" for i in range(60))
+    write(workspace / "MEMORY.md", f"# Notes\n\n{filler}\n- backups run nightly with restic\n")
+    mem = make_memory(provider="none")
+    mem.sync()
+    hit = mem.search("when do the backups run")["results"][0]
+    assert "backups run nightly" in hit["snippet"] and len(hit["snippet"]) <= 700
