@@ -71,7 +71,7 @@ def zipf(n: int) -> np.ndarray:
     return weights / weights.sum()
 
 
-def build(path: Path, n: int, seed: int = 7) -> float:
+def build(path: Path, n: int, seed: int = 7, per_chunk: int = 1) -> float:
     rng = np.random.default_rng(seed)
     words = vocabulary(np.random.default_rng(1))
     probs = zipf(len(words))
@@ -93,10 +93,13 @@ def build(path: Path, n: int, seed: int = 7) -> float:
                 )
                 for i in range(count)
             ]
-            vecs = rng.normal(size=(count, DIMS)).astype(np.float32)
+            vecs = rng.normal(size=(count * per_chunk, DIMS)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-            per_chunk = [([f"v{f + i}"], vecs[i : i + 1]) for i in range(count)]
-            store.replace_file(FileRow(rel, "memory", f"hash{f}", 0.0, 0), rows, per_chunk)
+            grouped = [
+                ([f"v{f + i}.{w}" for w in range(per_chunk)], vecs[i * per_chunk : (i + 1) * per_chunk])
+                for i in range(count)
+            ]
+            store.replace_file(FileRow(rel, "memory", f"hash{f}", 0.0, 0), rows, grouped)
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     return time.perf_counter() - started
 
@@ -154,9 +157,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--vectors-per-chunk", type=int, default=1, help="e.g. 5: the chunk plus 4 windows")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     args = parser.parse_args()
     report = {
+        "vectors_per_chunk": args.vectors_per_chunk,
         "machine": f"{platform.machine()}, {platform.python_version()}",
         "date": time.strftime("%Y-%m-%d"),
         "results": {},
@@ -165,7 +170,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in args.sizes:
             db = Path(tmp) / f"bench-{n}.sqlite"
-            seconds = build(db, n)
+            seconds = build(db, n, per_chunk=args.vectors_per_chunk)
             figures = measure(db, args.queries)
             report["results"][str(n)] = {"build_seconds": round(seconds, 1), **figures}
             for mode, f in figures.items():

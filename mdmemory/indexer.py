@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from collections.abc import Callable
@@ -255,23 +254,23 @@ class Indexer:
         return report
 
     def _sync_file(self, mf: MemoryFile, row: FileRow | None, limit: int, report: SyncReport) -> None:
-        st = os.lstat(mf.abs)
-        if st.st_size > limit:
+        size, mtime = mf.size, mf.mtime  # from the discovery stat
+        if size > limit:
             report.skipped.append(
                 {
                     "path": mf.rel,
-                    "reason": f"{st.st_size} bytes is over maxFileBytes ({limit}); raise "
+                    "reason": f"{size} bytes is over maxFileBytes ({limit}); raise "
                     "agents.defaults.memorySearch.maxFileBytes to index it",
                 }
             )
             return
-        if row is not None and row.size == st.st_size and row.mtime == st.st_mtime:
+        if row is not None and row.size == size and row.mtime == mtime:
             report.unchanged += 1
             return
         text, replaced, raw = read_text(mf.abs)
         digest = hashlib.sha256(raw).hexdigest()
         if row is not None and row.hash == digest:
-            self.store.touch_file(mf.rel, st.st_mtime, st.st_size)
+            self.store.touch_file(mf.rel, mtime, size)
             report.unchanged += 1
             return
         counter = self.provider.count_tokens if self.provider else None
@@ -287,7 +286,7 @@ class Indexer:
             for c in chunks
         ]
         vectors = self._vectors_for(rows, report) if self.provider else None
-        file_row = FileRow(mf.rel, mf.source, digest, st.st_mtime, st.st_size, replaced)
+        file_row = FileRow(mf.rel, mf.source, digest, mtime, size, replaced)
         self.store.replace_file(file_row, rows, vectors)
         report.indexed += 1
         report.chunks += len(rows)
@@ -341,18 +340,14 @@ class Indexer:
             if not is_utf8(mf.rel):
                 continue  # reported by status and sync, never indexed
             present.add(mf.rel)
-            try:
-                st = os.lstat(mf.abs)
-            except OSError:
-                continue
             row = indexed.get(mf.rel)
-            if st.st_size > self.settings.max_file_bytes:
+            if mf.size > self.settings.max_file_bytes:
                 if row is not None:
                     out.append((mf.rel, "oversize", 0))
             elif row is None:
-                out.append((mf.rel, "new", st.st_size))
-            elif row.size != st.st_size or row.mtime != st.st_mtime:
-                out.append((mf.rel, "modified", st.st_size))
+                out.append((mf.rel, "new", mf.size))
+            elif row.size != mf.size or row.mtime != mf.mtime:
+                out.append((mf.rel, "modified", mf.size))
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 

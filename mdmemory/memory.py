@@ -266,7 +266,7 @@ class Memory:
                 )
         for mf in self.workspace.discover():
             try:
-                size = mf.abs.lstat().st_size
+                size = os.lstat(mf.abs).st_size
             except OSError:
                 continue  # deleted since discovery
             if not is_utf8(mf.rel):

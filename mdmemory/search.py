@@ -158,22 +158,37 @@ def coverage_bm25(ranked: Sequence[tuple[int, float]], ideal: float) -> dict[int
 
 def term_weights(store: Store, terms: Sequence[str], candidates: Sequence[int]) -> tuple[float, dict[int, float]]:
     """FTS5's BM25 IDF of each term (a term absent from the index counts as if in one chunk): their sum,
-    and for each candidate the sum over the terms it contains."""
+    and for each candidate the sum over the terms it holds.
+
+    Document frequencies are counted inside FTS5 (no rows cross into Python); whether a candidate holds a
+    term is read from its text with a prefix test that mirrors the stemmer ("vacationed" holds "vacation").
+    """
     total = store.chunk_count()
-    wanted = set(candidates)
     ideal = 0.0
-    held: dict[int, float] = dict.fromkeys(candidates, 0.0)
+    weights: dict[str, float] = {}
     for term in terms:
         match = fts_match([term])
         if match is None:
             continue
-        ids = store.matching_ids(match, total + 1)
-        df = max(1, len(ids))
-        idf = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf, floored the same way
-        ideal += idf
-        for rid in wanted.intersection(ids):
-            held[rid] += idf
+        df = max(1, store.term_frequency_at_least(match, total + 1))
+        weights[term] = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf, floored the same way
+        ideal += weights[term]
+    held: dict[int, float] = {}
+    for rid, chunk in store.chunks_by_ids(candidates).items():
+        words = set(_WORD.findall(_fold(f"{chunk.heading} {chunk.text}")))
+        held[rid] = sum(w for term, w in weights.items() if _holds(words, _fold(term)))
     return ideal, held
+
+
+def _stem_prefix(word: str) -> str:
+    return word if len(word) <= 4 else word[: max(4, len(word) - 3)]
+
+
+def _holds(words: set[str], term: str) -> bool:
+    if term in words:
+        return True
+    stem = _stem_prefix(term)
+    return any(w.startswith(stem) or term.startswith(_stem_prefix(w)) for w in words if w[:2] == term[:2])
 
 
 def fuse_weighted(vec: dict[int, float], text: dict[int, float], wv: float, wt: float) -> dict[int, float]:
@@ -326,7 +341,12 @@ def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring:
             if scoring == "coverage":
                 merge(coverage_bm25(ranked, ideal))
             else:  # "blend": relative BM25 times the IDF share of the query's terms the chunk holds
-                merge({rid: s * held[rid] / ideal if ideal > 0 else s for rid, s in normalise_bm25(ranked).items()})
+                merge(
+                    {
+                        rid: s * held.get(rid, 0.0) / ideal if ideal > 0 else s
+                        for rid, s in normalise_bm25(ranked).items()
+                    }
+                )
     tri, short = cjk_match(query)
     if tri:
         merge(normalise_bm25(store.trigram(tri, k)))

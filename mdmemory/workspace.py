@@ -24,8 +24,10 @@ class MemoryFile:
     """A discovered memory file. ``rel`` is the path shown to agents (workspace-relative, posix)."""
 
     rel: str
-    abs: Path
+    abs: str  # absolute path as a string (cheap to build for thousands of files)
     source: str  # "memory" or "extra"
+    size: int = 0  # from the discovery stat
+    mtime: float = 0.0
 
 
 def _is_md(name: str) -> bool:
@@ -37,18 +39,20 @@ class Workspace:
 
     def __init__(self, root: Path, extra_paths: Sequence[str] = ()) -> None:
         self.root = Path(os.path.abspath(os.path.expanduser(root)))
+        self._root_prefix = os.path.join(str(self.root), "")
         self.extra_roots: list[Path] = []
         for entry in extra_paths:
             p = Path(os.path.expanduser(entry))
             self.extra_roots.append(Path(os.path.abspath(p if p.is_absolute() else self.root / p)))
 
     # -- naming -------------------------------------------------------------------------------------
-    def rel(self, path: Path) -> str:
+    def rel(self, path: Path | str) -> str:
         """The agent-facing name of ``path``: workspace-relative when inside, else absolute."""
-        try:
-            return Path(path).relative_to(self.root).as_posix()
-        except ValueError:
-            return Path(path).as_posix()
+        text = os.fspath(path)
+        prefix = self._root_prefix
+        if text.startswith(prefix):
+            return text[len(prefix) :].replace(os.sep, "/")
+        return text.replace(os.sep, "/")
 
     def source_of(self, rel: str) -> str:
         parts = PurePosixPath(rel).parts
@@ -62,7 +66,7 @@ class Workspace:
         seen: set[tuple[int, int]] = set()
         found: dict[str, MemoryFile] = {}
 
-        def add(path: Path, source: str) -> None:
+        def add(path: Path | str, source: str | None) -> None:
             try:
                 st = os.lstat(path)
             except OSError:
@@ -71,7 +75,9 @@ class Workspace:
                 return
             seen.add((st.st_dev, st.st_ino))
             rel = self.rel(path)
-            found.setdefault(rel, MemoryFile(rel, path, source))
+            found.setdefault(
+                rel, MemoryFile(rel, os.fspath(path), source or self.source_of(rel), st.st_size, st.st_mtime)
+            )
 
         for name in ROOT_FILES:
             if not self._has_symlink(self.root / name):
@@ -85,9 +91,9 @@ class Workspace:
                 continue
             if extra.is_dir():
                 for path in _walk_md(extra):
-                    add(path, self.source_of(self.rel(path)))
+                    add(path, None)
             elif _is_md(extra.name):
-                add(extra, self.source_of(self.rel(extra)))
+                add(extra, None)
         return [found[k] for k in sorted(found)]
 
     def is_memory_path(self, path: Path) -> bool:
@@ -158,7 +164,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return path != folder
 
 
-def _walk_md(folder: Path) -> Iterator[Path]:
+def _walk_md(folder: Path | str) -> Iterator[str]:
     """Markdown files under ``folder``, recursively, never entering symlinked folders."""
     try:
         entries = list(os.scandir(folder))
@@ -169,14 +175,14 @@ def _walk_md(folder: Path) -> Iterator[Path]:
             if entry.is_symlink():
                 continue
             if entry.is_dir(follow_symlinks=False):
-                yield from _walk_md(Path(entry.path))
+                yield from _walk_md(entry.path)
             elif entry.is_file(follow_symlinks=False) and _is_md(entry.name):
-                yield Path(entry.path)
+                yield entry.path
         except OSError:
             continue
 
 
-def read_text(path: Path) -> tuple[str, int, bytes]:
+def read_text(path: Path | str) -> tuple[str, int, bytes]:
     """Read a memory file without following a final symlink.
 
     Returns (text, replaced, raw) where ``replaced`` counts invalid UTF-8 sequences that became U+FFFD.

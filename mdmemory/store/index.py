@@ -346,15 +346,6 @@ class Store:
         ).fetchone()
         return int(row[0])
 
-    def matching_ids(self, term_match: str, limit: int) -> list[int]:
-        """Chunk ids matching ``term_match`` (in rowid order, no scoring), at most ``limit``."""
-        return [
-            int(r[0])
-            for r in self.conn.execute(
-                "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?", (term_match, int(limit))
-            )
-        ]
-
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
 
