@@ -156,39 +156,33 @@ def coverage_bm25(ranked: Sequence[tuple[int, float]], ideal: float) -> dict[int
     return {rid: min(1.0, max(-rank, 0.0) / ideal) for rid, rank in ranked}
 
 
-def term_weights(store: Store, terms: Sequence[str], candidates: Sequence[int]) -> tuple[float, dict[int, float]]:
+def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]]) -> tuple[float, dict[int, float]]:
     """FTS5's BM25 IDF of each term (a term absent from the index counts as if in one chunk): their sum,
     and for each candidate the sum over the terms it holds.
 
-    Document frequencies are counted inside FTS5 (no rows cross into Python); whether a candidate holds a
-    term is read from its text with a prefix test that mirrors the stemmer ("vacationed" holds "vacation").
+    Document frequencies are counted inside FTS5; ``matched`` holds the words FTS5 highlighted in each
+    candidate, which are attributed to the query terms they share a stem-like prefix with.
     """
     total = store.chunk_count()
-    ideal = 0.0
     weights: dict[str, float] = {}
     for term in terms:
         match = fts_match([term])
-        if match is None:
-            continue
-        df = max(1, store.term_frequency_at_least(match, total + 1))
-        weights[term] = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf, floored the same way
-        ideal += weights[term]
-    held: dict[int, float] = {}
-    for rid, chunk in store.chunks_by_ids(candidates).items():
-        words = set(_WORD.findall(_fold(f"{chunk.heading} {chunk.text}")))
-        held[rid] = sum(w for term, w in weights.items() if _holds(words, _fold(term)))
-    return ideal, held
+        if match is not None:
+            df = max(1, store.term_frequency_at_least(match, total + 1))
+            weights[_fold(term)] = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
+    held = {
+        rid: sum(w for term, w in weights.items() if any(_same_stem(_fold(word), term) for word in words))
+        for rid, words in matched.items()
+    }
+    return sum(weights.values()), held
 
 
-def _stem_prefix(word: str) -> str:
-    return word if len(word) <= 4 else word[: max(4, len(word) - 3)]
-
-
-def _holds(words: set[str], term: str) -> bool:
-    if term in words:
+def _same_stem(word: str, term: str) -> bool:
+    """Whether a highlighted ``word`` is a form of ``term`` (the stemmer only strips suffixes)."""
+    if word == term:
         return True
-    stem = _stem_prefix(term)
-    return any(w.startswith(stem) or term.startswith(_stem_prefix(w)) for w in words if w[:2] == term[:2])
+    n = min(len(word), len(term), 5)
+    return n >= 3 and word[:n] == term[:n]
 
 
 def fuse_weighted(vec: dict[int, float], text: dict[int, float], wv: float, wt: float) -> dict[int, float]:
@@ -333,11 +327,15 @@ def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring:
     kept = _prune_common(store, keyword_terms(terms))
     match = fts_match(kept)
     if match:
-        ranked = store.keyword(match, k)
+        if scoring == "blend":
+            found = store.keyword_matches(match, k)
+        else:
+            found = [(rid, rank, set()) for rid, rank in store.keyword(match, k)]
+        ranked = [(rid, rank) for rid, rank, _ in found]
         if scoring == "relative":
             merge(normalise_bm25(ranked))
         else:
-            ideal, held = term_weights(store, kept, [rid for rid, _ in ranked])
+            ideal, held = term_weights(store, kept, {rid: words for rid, _, words in found})
             if scoring == "coverage":
                 merge(coverage_bm25(ranked, ideal))
             else:  # "blend": relative BM25 times the IDF share of the query's terms the chunk holds

@@ -203,13 +203,13 @@ def test_common_terms_are_pruned_only_in_large_indexes(
     mem = make_memory(provider="none")
     mem.sync()
     calls: list[str] = []
-    original = mem.store.keyword
+    original = mem.store.keyword_matches
 
-    def spy(match: str, k: int) -> list[tuple[int, float]]:
+    def spy(match: str, k: int) -> list[tuple[int, float, set[str]]]:
         calls.append(match)
         return original(match, k)
 
-    monkeypatch.setattr(mem.store, "keyword", spy)
+    monkeypatch.setattr(mem.store, "keyword_matches", spy)
     mem.search("caroline quokka")
     assert calls[-1] == '"caroline" OR "quokka"'  # small index: exact query
     monkeypatch.setattr(search_mod, "PRUNE_MIN_CHUNKS", 10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -339,6 +340,16 @@ class Store:
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
+    def keyword_matches(self, match: str, k: int) -> list[tuple[int, float, set[str]]]:
+        """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased."""
+        rows = self.conn.execute(
+            "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
+            "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
+            "ORDER BY rank LIMIT ?",
+            (match, int(k)),
+        ).fetchall()
+        return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
+
     def term_frequency_at_least(self, term_match: str, limit: int) -> int:
         """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap)."""
         row = self.conn.execute(
@@ -456,6 +467,9 @@ def _inode(path: Path) -> int | None:
         return None
     except OSError as exc:
         raise StoreError(f"cannot use index path {path}: {exc.strerror}; fix memorySearch.store.path") from exc
+
+
+_MARKED = re.compile("\x01(.*?)\x02", re.S)
 
 
 def _like_escape(text: str) -> str:
