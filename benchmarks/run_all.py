@@ -118,7 +118,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{t['mdmemory_chunks_per_s']} chunks/s vs raw llama-cpp-python {t['raw_chunks_per_s']} chunks/s on the "
         f"same texts; ratio {t['ratio']} (target <= 1.10)",
         f"- incremental: edit 1 of {inc['files']} files: sync {inc['sync_ms']} ms vs embedding only the changed "
-        f"chunks {inc['embed_only_ms']} ms; ratio {inc['ratio']} (target <= 1.5)",
+        f"inputs {inc['embed_only_ms']} ms; ratio {inc['ratio']} (target <= 1.5)",
         f"- watch latency ({w['mode']}, debounce {w['debounce_s']} s): p50 {w['p50_s']} s, p95 {w['p95_s']} s "
         f"(target <= {w['target_s']} s)",
         f"- `mdmemory watch` with MiniLM, {mem['files']} files: peak RSS {mem['peak_rss_mb']} MB",
