@@ -169,7 +169,8 @@ def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]
         match = fts_match([term])
         if match is not None:
             df = max(1, store.term_frequency_at_least(match, total + 1))
-            weights[_fold(term)] = max(math.log((total - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
+            n = max(total, df)  # another process may have added chunks since the total was read
+            weights[_fold(term)] = max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
     held = {
         rid: sum(w for term, w in weights.items() if any(_same_stem(_fold(word), term) for word in words))
         for rid, words in matched.items()

@@ -179,4 +179,4 @@ def test_eight_readers_search_during_syncs_without_errors(workspace: Path, tmp_p
     results = [json.loads(p.communicate(timeout=60)[0]) for p in readers]
     assert syncs >= 3
     assert all(r["searches"] > 10 for r in results), results
-    assert sum(r["errors"] for r in results) == 0, results
+    assert sum(r["errors"] for r in results) == 0, "\n".join(m for r in results for m in r["messages"])

@@ -229,3 +229,18 @@ def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_m
     mem.sync()
     hit = mem.search("when do the backups run")["results"][0]
     assert "backups run nightly" in hit["snippet"] and len(hit["snippet"]) <= 700
+
+
+def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
+    """A concurrent writer can add chunks between reading the chunk count and counting a term."""
+    from mdmemory.search import term_weights
+
+    class Racing:
+        def chunk_count(self) -> int:
+            return 0  # read before another process committed
+
+        def term_frequency_at_least(self, match: str, limit: int) -> int:
+            return 3
+
+    ideal, held = term_weights(Racing(), ["heron"], {1: {"heron"}})  # type: ignore[arg-type]
+    assert ideal > 0 and held == {1: ideal}

@@ -182,16 +182,6 @@ class Store:
             self._delete_rows(path)
             self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
-    def clear(self) -> None:
-        """Remove every file, chunk and vector (the embedding cache is kept)."""
-        with self._tx():
-            self.conn.execute("DELETE FROM chunks")
-            self.conn.execute("DELETE FROM files")
-            self.conn.execute("DELETE FROM vectors")
-            self.conn.execute("DROP TABLE IF EXISTS chunks_vec")
-            self.conn.execute("DROP TABLE IF EXISTS chunks_vec_bits")
-            self.conn.execute("DELETE FROM meta WHERE key = 'vec_dims'")
-
     def _delete_rows(self, path: str) -> None:
         if self.vec_dims() is not None:
             ids = [
