@@ -110,3 +110,20 @@ def test_python_dash_m_and_no_traceback(config: Path, tmp_path: Path) -> None:
     )
     assert missing.returncode == 2
     assert "Traceback" not in missing.stderr and "nope.json5" in missing.stderr
+
+
+def test_model_pull_uses_the_cache_and_explains_a_miss(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_local_provider import make_hf_cache
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    cache = tmp_path / "models"
+    make_hf_cache(cache, tiny_gguf)
+    cfg = tmp_path / "pull.json5"
+    cfg.write_text(json.dumps({"agents": {"defaults": {"memorySearch": {"local": {"modelCacheDir": str(cache)}}}}}))
+    uri = "hf:tiny-org/tiny-bert-GGUF/" + tiny_gguf.name
+    code, out, _ = run(capsys, "model", "pull", uri, "--config", str(cfg), "--json")
+    assert code == 0 and json.loads(out)["path"].endswith(tiny_gguf.name)
+    code, out, err = run(capsys, "model", "pull", "hf:nobody/missing/model.gguf", "--config", str(cfg))
+    assert code == 1 and "hf:nobody/missing/model.gguf" in err and str(cache) in err
