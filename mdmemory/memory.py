@@ -252,11 +252,15 @@ class Memory:
 
     def status(self) -> dict[str, Any]:
         """Index state computed from the files on disk and the database, not from cached flags."""
-        provider = self.choice.provider
+        warnings: list[str] = []
+        try:
+            choice = self.choice
+        except ProviderError as exc:  # report the broken provider instead of failing the whole status
+            choice = ProviderChoice(None, self.settings.provider, hint=f"provider unavailable: {exc}")
+        provider = choice.provider
         store = self.store
         identity = store.get_meta("identity") or {}
         last = store.get_meta("lastSync")
-        warnings: list[str] = []
         files = store.files()
         for row in files.values():
             if row.encoding_errors:
@@ -277,8 +281,8 @@ class Memory:
                 )
         if last and last["report"].get("errors"):
             warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
-        if self.choice.hint:
-            warnings.append(self.choice.hint)
+        if choice.hint:
+            warnings.append(choice.hint)
         if self.config and self.config.ignored_keys:
             warnings.append("config keys ignored (not mdmemory's): " + ", ".join(self.config.ignored_keys))
         counts = store.counts()
@@ -286,8 +290,8 @@ class Memory:
             "agent": self.agent.id,
             "workspace": str(self.workspace.root),
             "store": str(store.path),
-            "provider": self.choice.name,
-            "requestedProvider": self.choice.requested,
+            "provider": choice.name,
+            "requestedProvider": choice.requested,
             "model": provider.model if provider else None,
             "dims": store.vec_dims() or (provider.dims if provider else None),
             "mode": ("hybrid" if self.settings.query.hybrid.enabled else "vector") if provider else "keyword",
@@ -299,13 +303,13 @@ class Memory:
             "indexModel": identity.get("model"),
             "lastSync": _iso(last["at"]) if last else None,
             "lastSyncSeconds": last["report"]["seconds"] if last else None,
-            "staleFiles": self.indexer.stale_files(),
+            "staleFiles": Indexer(store, self.workspace, self.settings, provider).stale_files(),
             "lastError": store.get_meta("lastError"),
             "watcher": read_watch_state(self.agent),
             "warnings": warnings,
         }
-        if self.choice.fallback:
-            out["fallback"] = self.choice.fallback
+        if choice.fallback:
+            out["fallback"] = choice.fallback
         return out
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:

@@ -127,3 +127,16 @@ def test_model_pull_uses_the_cache_and_explains_a_miss(
     assert code == 0 and json.loads(out)["path"].endswith(tiny_gguf.name)
     code, out, err = run(capsys, "model", "pull", "hf:nobody/missing/model.gguf", "--config", str(cfg))
     assert code == 1 and "hf:nobody/missing/model.gguf" in err and str(cache) in err
+
+
+def test_status_reports_an_unavailable_provider_instead_of_failing(
+    workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(workspace / "MEMORY.md", "# Notes\n\nsomething")
+    cfg = tmp_path / "local.json5"
+    ms = {"provider": "local", "local": {"modelPath": str(tmp_path / "missing.gguf")}}
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
+    code, out, _ = run(capsys, "status", "--config", str(cfg), "--json")
+    status = json.loads(out)
+    assert code == 0 and status["provider"] == "none" and status["requestedProvider"] == "local"
+    assert any("missing.gguf" in w and "provider unavailable" in w for w in status["warnings"])
