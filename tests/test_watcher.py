@@ -206,3 +206,31 @@ def test_helpers() -> None:
     assert is_editor_temp(".#MEMORY.md") and is_editor_temp("x.md~") and is_editor_temp("4913")
     assert not is_editor_temp("2026-01-01.md")
     assert filesystem_type(Path("/")) is not None
+
+
+def test_interval_reconcile_catches_changes_without_events(
+    workspace: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    """No watcher at all: the periodic reconcile (sync.intervalMinutes) still picks changes up."""
+    write(workspace / "MEMORY.md", "start")
+    reader = make_memory()
+    service = SyncService(make_memory(), debounce_seconds=0.1, interval_seconds=0.3)
+    service.start()
+    try:
+        write(workspace / "memory" / "missed.md", "an edit no event told us about")
+        wait_for(lambda: "memory/missed.md" in reader.store.files(), timeout=10)
+        assert service.state.syncs >= 1
+    finally:
+        service.stop()
+
+
+def test_session_start_syncs_and_reports(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    write(workspace / "memory" / "2026-01-09.md", "session start note")
+    result = make_memory().session_start()
+    assert result["sync"]["indexed"] == 1 and result["status"]["staleFiles"] == []
+    off = make_memory({"sync": {"onSessionStart": False}})
+    write(workspace / "memory" / "2026-01-10.md", "another")
+    result = off.session_start()
+    assert result["sync"] is None and result["status"]["staleFiles"] == [
+        {"path": "memory/2026-01-10.md", "state": "new"}
+    ]
