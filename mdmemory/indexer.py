@@ -300,7 +300,8 @@ class Indexer:
             return None
         count = p.count_tokens if self.settings.chunking.window_tokens else None
         inputs = [embedding_inputs(r, self.settings.chunking.window_tokens, count) for r in rows]
-        texts = {sha256(t): t for group in inputs for t in group}
+        keyed = [[(sha256(t), t) for t in group] for group in inputs]
+        texts = dict(pair for group in keyed for pair in group)
         hashes = list(texts)
         known: dict[str, np.ndarray] = {}
         if self.settings.cache.enabled:
@@ -321,9 +322,9 @@ class Indexer:
         if self.settings.cache.enabled and reused:
             self.store.cache_touch(p.id, p.model, p.provider_key, list(reused))
         out: list[ChunkVectors] = []
-        for group in inputs:
-            keys = [sha256(t) for t in group]
-            out.append((keys, np.stack([known[k] for k in keys])))
+        for group in keyed:
+            keys = [h for h, _ in group]
+            out.append((keys, np.stack([known[h] for h in keys])))
         return out
 
     # -- staleness ---------------------------------------------------------------------------------

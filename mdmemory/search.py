@@ -171,10 +171,10 @@ def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]
             df = max(1, store.term_frequency_at_least(match, total + 1))
             n = max(total, df)  # another process may have added chunks since the total was read
             weights[_fold(term)] = max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
-    held = {
-        rid: sum(w for term, w in weights.items() if any(_same_stem(_fold(word), term) for word in words))
-        for rid, words in matched.items()
-    }
+    held: dict[int, float] = {}
+    for rid, words in matched.items():
+        folded = {_fold(word) for word in words}
+        held[rid] = sum(w for term, w in weights.items() if any(_same_stem(word, term) for word in folded))
     return sum(weights.values()), held
 
 
