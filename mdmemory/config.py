@@ -90,6 +90,22 @@ class SyncConfig:
 
 
 @dataclass(frozen=True)
+class MmrConfig:
+    """Maximal marginal relevance re-ranking of the candidates (off by default: no gain measured on LoCoMo)."""
+
+    enabled: bool = False
+    lambda_: float = 0.7  # JSON key "lambda": 1 = relevance only, 0 = diversity only
+
+
+@dataclass(frozen=True)
+class TemporalDecayConfig:
+    """Recency weighting of dated daily logs (off by default: LoCoMo questions are not about recent days)."""
+
+    enabled: bool = False
+    half_life_days: float = 30.0
+
+
+@dataclass(frozen=True)
 class HybridConfig:
     enabled: bool = True
     vector_weight: float = 0.7  # normalised with text_weight to sum 1
@@ -97,6 +113,8 @@ class HybridConfig:
     candidate_multiplier: int = 4
     fusion: FusionName = "weighted"
     rrf_k: int = 60
+    mmr: MmrConfig = field(default_factory=MmrConfig)
+    temporal_decay: TemporalDecayConfig = field(default_factory=TemporalDecayConfig)
 
 
 @dataclass(frozen=True)
@@ -230,6 +248,8 @@ RANGES: dict[str, _Range] = {
     "query.hybrid.textWeight": _Range(0),
     "query.hybrid.candidateMultiplier": _Range(1, 50),
     "query.hybrid.rrfK": _Range(1),
+    "query.hybrid.mmr.lambda": _Range(0, 1),
+    "query.hybrid.temporalDecay.halfLifeDays": _Range(0, lo_open=True),
     "cache.maxEntries": _Range(0),
     "maxFileBytes": _Range(1),
 }

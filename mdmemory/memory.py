@@ -10,7 +10,7 @@ from datetime import date
 from typing import Any
 
 from mdmemory import agent as integration
-from mdmemory.agent import FlushDecision, SessionKind
+from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
@@ -198,6 +198,7 @@ class Memory:
             min_score=threshold,
             hybrid=q.hybrid,
             keyword_score=q.keyword_score,
+            today=clock.day(self.agent),
         )
         response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
         if self.choice.fallback:

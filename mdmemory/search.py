@@ -14,6 +14,13 @@ Scoring rules (also in the README):
   similarity to the query (a chunk's vector score is its best vector: whole chunk or one of its windows).
 - Weighted fusion (default): ``vectorWeight * vector + textWeight * keyword`` (weights sum to 1).
   Reciprocal-rank fusion: ``sum(weight / (k + rank))`` divided by its maximum ``1 / (k + 1)``.
+- Temporal decay (``hybrid.temporalDecay``, off by default) multiplies the score of a dated daily log
+  (``memory/YYYY-MM-DD*.md``) by ``0.5 ** (age_days / halfLifeDays)``, age counted from the agent's today;
+  MEMORY.md, undated files and future dates never decay. It applies after ``minScore``, so it reorders
+  results without hiding old ones.
+- MMR (``hybrid.mmr``, off by default) then picks results greedily by
+  ``lambda * score / best - (1 - lambda) * max Jaccard(words, already picked)``; each result keeps its
+  own score, so scores need not decrease down an MMR-ordered list.
 - ``minScore`` filters fused scores, but never hides an exact keyword hit: a chunk that contains every
   query term (case- and accent-insensitive; CJK terms as substrings) is kept whatever its score. In
   keyword-only mode (no provider, or the query could not be embedded) every candidate literally contains
@@ -27,6 +34,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 
 import numpy as np
 
@@ -53,6 +61,8 @@ PRUNE_MIN_CHUNKS = 20_000
 PRUNE_FRACTION = 0.10
 MAX_QUERY_TERMS = 64
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
+_DAILY = re.compile(r"^memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -199,6 +209,57 @@ def fuse_rrf(vec_ranked: Sequence[int], text_ranked: Sequence[int], wv: float, w
     return {rid: s / top for rid, s in scores.items()}
 
 
+def log_date(path: str) -> date | None:
+    """The date of a daily log from its workspace-relative path; None for MEMORY.md and undated files."""
+    m = _DAILY.match(path.replace("\\", "/"))
+    if not m:
+        return None
+    try:
+        return date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:  # 2026-02-30.md is not a date
+        return None
+
+
+def decay_factor(path: str, today: date, half_life_days: float) -> float:
+    """``0.5 ** (age / half_life)`` for a dated daily log; 1.0 for anything undated or not in the past."""
+    when = log_date(path)
+    if when is None:
+        return 1.0
+    age = (today - when).days
+    return 0.5 ** (age / half_life_days) if age > 0 else 1.0
+
+
+def mmr_order(ranked: Sequence[int], scores: dict[int, float], texts: dict[int, str], lam: float, k: int) -> list[int]:
+    """The first ``k`` of ``ranked`` re-ordered by maximal marginal relevance, then the rest unchanged.
+
+    Relevance is the score divided by the best one; similarity is the Jaccard overlap of word sets, which
+    needs no vectors (keyword-only mode works too) and sees overlapping neighbour chunks as near-duplicates.
+    """
+    pool = [rid for rid in ranked if rid in texts]
+    if len(pool) < 2 or lam >= 1.0:
+        return list(ranked)
+    best = max(scores[rid] for rid in pool) or 1.0
+    words = {rid: set(_WORD.findall(_fold(texts[rid]))) for rid in pool}
+    picked: list[int] = []
+    left = list(pool)
+    while left and len(picked) < k:
+
+        def value(rid: int) -> float:
+            similar = max((_jaccard(words[rid], words[p]) for p in picked), default=0.0)
+            return lam * scores[rid] / best - (1.0 - lam) * similar
+
+        choice = max(left, key=value)  # ties keep the relevance order (max returns the first)
+        picked.append(choice)
+        left.remove(choice)
+    chosen = set(picked)
+    return picked + [rid for rid in ranked if rid not in chosen]
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
 # -- snippets (pure) -----------------------------------------------------------------------------------
 def make_snippet(text: str, terms: Sequence[str], heading: str = "", limit: int = SNIPPET_CHARS) -> str:
     """At most ``limit`` characters of ``text`` centred on the densest cluster of query terms.
@@ -261,8 +322,10 @@ def search(
     min_score: float,
     hybrid: HybridConfig,
     keyword_score: str = "coverage",
+    today: date | None = None,
 ) -> SearchOutcome:
-    """Search ``store``. With ``query_vector`` None the search is keyword-only."""
+    """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
+    decay counts ages from (default: the machine's local date)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     use_keywords = query_vector is None or hybrid.enabled
@@ -296,8 +359,17 @@ def search(
         below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid)]
         exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
         scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact}
+    decay, mmr = hybrid.temporal_decay, hybrid.mmr
+    reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])
-    chunks = store.chunks_by_ids(ranked[: max_results * 2])
+    # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
+    chunks = store.chunks_by_ids(ranked if reorder else ranked[: max_results * 2])
+    if decay.enabled:
+        day = today or date.today()
+        scores = {
+            rid: s * decay_factor(chunks[rid].path, day, decay.half_life_days) if rid in chunks else s
+            for rid, s in scores.items()
+        }
     hits: list[Hit] = []
     for rid in ranked:
         chunk = chunks.get(rid)
@@ -305,6 +377,10 @@ def search(
             continue
         hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid)))
     hits.sort(key=lambda h: (-h.score, h.chunk.path, h.chunk.start_line))
+    if mmr.enabled:
+        by_id = {h.chunk.id: h for h in hits if h.chunk.id is not None}
+        texts = {rid: h.chunk.text for rid, h in by_id.items()}
+        hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
     return SearchOutcome(hits[:max_results], mode, snippet_terms)
 
