@@ -5,19 +5,23 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any
+
+import numpy as np
 
 from mdmemory import agent as integration
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
+from mdmemory.packer import run_pack
 from mdmemory.providers.factory import ProviderChoice, build, choose
+from mdmemory.search import SearchOutcome
 from mdmemory.search import search as run_search
 from mdmemory.store import Store
-from mdmemory.tools import get_file, search_response
+from mdmemory.tools import citations_on, get_file, search_response
 from mdmemory.watchstate import read_watch_state
 from mdmemory.workspace import Workspace
 
@@ -170,11 +174,34 @@ class Memory:
         """Index new and changed memory files, drop removed ones. Returns the sync report."""
         return self._sync(force=force, progress=progress).to_dict()
 
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
-        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""
+    def search(
+        self,
+        query: str,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        *,
+        session_kind: SessionKind = "main",
+    ) -> dict[str, Any]:
+        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
+
+        Results carry ``citation`` (and their snippet a ``Source:`` line) when ``query.citations`` is ``on``,
+        or ``auto`` in a ``main`` session (``session_kind``; ``group`` for shared chats).
+        """
         q = self.settings.query
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
+        outcome, _, notes = self._search(query, limit, threshold)
+        provider = self.choice.provider
+        model = provider.model if provider else None
+        cited = citations_on(q.citations, session_kind)
+        return {**search_response(outcome, provider=self.choice.name, model=model, citations=cited), **notes}
+
+    def _search(
+        self, query: str, limit: int, threshold: float
+    ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
+        """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
+        the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
+        q = self.settings.query
         notes: list[str] = []
         self.store.refresh()
         stale = False
@@ -200,16 +227,32 @@ class Memory:
             keyword_score=q.keyword_score,
             today=clock.day(self.agent),
         )
-        response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
+        extra: dict[str, Any] = {}
         if self.choice.fallback:
-            response["fallback"] = self.choice.fallback
+            extra["fallback"] = self.choice.fallback
         if outcome.mode == "keyword" and provider is None:
             notes.append(self.choice.hint or "keyword-only search: no embedding provider is configured")
         if stale:
-            response["stale"] = True
+            extra["stale"] = True
         if notes:
-            response["warnings"] = notes
-        return response
+            extra["warnings"] = notes
+        return outcome, vector, extra
+
+    def pack(
+        self,
+        query: str,
+        budget_tokens: int = 1000,
+        max_items: int | None = None,
+        sources: Sequence[str] | None = None,
+        trace: bool = False,
+    ) -> dict[str, Any]:
+        """A ContextPack: the most evidence per token for ``query`` within ``budget_tokens``, every item cited.
+
+        ``{query, budgetTokens, usedTokens, items: [{ref, path, startLine, endLine, text, score, source, kind,
+        date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
+        when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``). See mdmemory.pack.
+        """
+        return run_pack(self, query, budget_tokens, max_items=max_items, sources=sources, trace=trace)
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
@@ -217,9 +260,12 @@ class Memory:
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
-    def call_tool(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
-        """Run memory_search / memory_get / memory_status; errors come back as ``{..., error}``, never raised."""
-        return integration.call_tool(self, name, arguments)
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | str | None = None, *, session_kind: SessionKind = "main"
+    ) -> dict[str, Any]:
+        """Run memory_search / memory_pack / memory_get / memory_status; errors come back as ``{..., error}``,
+        never raised. ``session_kind`` is the session the call comes from (citations ``auto``)."""
+        return integration.call_tool(self, name, arguments, session_kind=session_kind)
 
     def session_context(self, kind: SessionKind = "main", today: date | str | None = None) -> dict[str, Any]:
         """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""

@@ -1,0 +1,131 @@
+"""Runs a ContextPack for one agent's memory: gathers what ``mdmemory.pack`` needs, then calls it.
+
+- the search, with a wider net (``PACK_NET`` x ``query.maxResults`` candidates), ranked and scored exactly
+  as memory_search; ``minScore`` is applied by the pack so that its receipts show what the threshold drops;
+- each candidate's window similarities: its windows are rebuilt as the indexer embedded them and matched
+  to the stored vectors by input hash (no embedding at query time);
+- the candidates' files, read through the workspace rules (no symlinks, memory files only);
+- the provider's tokenizer for the budget (the project's estimate without a provider).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mdmemory.errors import ConfigError, WorkspaceError
+from mdmemory.indexer import embedding_windows, sha256
+from mdmemory.pack import LinesOf, Window, build_pack, kind_of
+from mdmemory.search import Hit
+from mdmemory.store import Store
+from mdmemory.tokens import TokenCounter, estimate_tokens
+from mdmemory.workspace import Workspace, read_text
+
+if TYPE_CHECKING:
+    from mdmemory.memory import Memory
+
+PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
+TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
+MAX_BUDGET = 100_000
+SOURCE_KINDS = ("curated", "daily", "extra")
+
+
+def check_arguments(budget_tokens: Any, max_items: Any, sources: Any) -> None:
+    """ConfigError naming the argument and the fix for a bad budget, item cap or source kind."""
+
+    def whole(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not whole(budget_tokens) or not 1 <= budget_tokens <= MAX_BUDGET:
+        raise ConfigError(f"budget_tokens must be a whole number from 1 to {MAX_BUDGET}, got {budget_tokens!r}")
+    if max_items is not None and (not whole(max_items) or max_items < 1):
+        raise ConfigError(f"max_items must be a whole number >= 1 (or None for no cap), got {max_items!r}")
+    if sources is not None:
+        if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
+            raise ConfigError(f"sources must be a list of kinds ({', '.join(SOURCE_KINDS)}), got {sources!r}")
+        unknown = [s for s in sources if s not in SOURCE_KINDS]
+        if unknown:
+            raise ConfigError(f"unknown source kind {unknown[0]!r}; use some of {', '.join(SOURCE_KINDS)}")
+
+
+def candidate_count(max_results: int, budget_tokens: int) -> int:
+    return max(max_results * PACK_NET, math.ceil(budget_tokens / TOKENS_PER_CANDIDATE))
+
+
+def run_pack(
+    memory: Memory,
+    query: str,
+    budget_tokens: int = 1000,
+    *,
+    max_items: int | None = None,
+    sources: Sequence[str] | None = None,
+    trace: bool = False,
+) -> dict[str, Any]:
+    """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
+    ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them."""
+    check_arguments(budget_tokens, max_items, sources)
+    settings = memory.settings
+    q = settings.query
+    outcome, vector, notes = memory._search(query, candidate_count(q.max_results, budget_tokens), 0.0)
+    hits = outcome.hits
+    if sources is not None:
+        hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
+    provider = memory.choice.provider
+    count: TokenCounter = provider.count_tokens if provider is not None else estimate_tokens
+    windows: dict[int, list[Window]] = {}
+    if vector is not None and settings.chunking.window_tokens:
+        windows = window_similarities(memory.store, hits, vector, settings.chunking.window_tokens, count)
+    pack = build_pack(
+        hits,
+        query=query,
+        terms=outcome.terms,
+        mode=outcome.mode,
+        lines_of=file_reader(memory.workspace),
+        budget_tokens=budget_tokens,
+        windows=windows,
+        count=count,
+        min_score=q.min_score,
+        max_items=max_items,
+        weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
+    )
+    body = pack.to_dict(trace)
+    head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
+    model = provider.model if provider is not None else None
+    return {**head, "provider": memory.choice.name, "model": model, **body, **notes}
+
+
+def window_similarities(
+    store: Store, hits: Sequence[Hit], vector: np.ndarray, window_tokens: int, count: TokenCounter
+) -> dict[int, list[Window]]:
+    """Each candidate chunk's windows (file line spans) with the similarity of their stored vectors."""
+    ids = [h.chunk.id for h in hits if h.chunk.id is not None]
+    sims = store.vector_similarities(ids, vector)
+    out: dict[int, list[Window]] = {}
+    for h in hits:
+        cid = h.chunk.id
+        if cid is None or cid not in sims:
+            continue
+        spans = embedding_windows(h.chunk, window_tokens, count)
+        found = sims[cid]
+        out[cid] = [Window(first, last, found[d]) for text, first, last in spans if (d := sha256(text)) in found]
+    return out
+
+
+def file_reader(workspace: Workspace) -> LinesOf:
+    """Lines of memory files by agent-facing path, read once per pack; None for a file that cannot be read."""
+    cache: dict[str, list[str] | None] = {}
+
+    def lines_of(path: str) -> list[str] | None:
+        if path not in cache:
+            try:
+                text, _, _ = read_text(workspace.resolve_for_read(path))
+            except (WorkspaceError, OSError):
+                cache[path] = None
+            else:
+                cache[path] = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+        return cache[path]
+
+    return lines_of
