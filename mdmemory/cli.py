@@ -111,7 +111,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
 def _format_index(r: dict[str, Any]) -> str:
     lines = [
         f"{r['files']} files ({r['indexed']} indexed, {r['unchanged']} unchanged, {r['removed']} removed), "
-        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['from_cache']} from cache, "
+        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['fromCache']} from cache, "
         f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
     ]
     lines += [f"skipped {s['path']}: {s['reason']}" for s in r["skipped"]]
