@@ -11,6 +11,7 @@ from typing import Any
 
 from mdmemory import agent as integration
 from mdmemory.agent import FlushDecision, SessionKind, clock
+from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
@@ -171,7 +172,12 @@ class Memory:
         return self._sync(force=force, progress=progress).to_dict()
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
-        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""
+        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
+
+        Raises InvalidArgumentError (a ValueError) for an empty query, ``max_results`` outside 1-100 or
+        ``min_score`` outside 0-1: the bounds of the memory_search tool schema.
+        """
+        query, max_results, min_score = check_search_arguments(query, max_results, min_score)
         q = self.settings.query
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score

@@ -46,3 +46,57 @@ def test_every_json_output_uses_camel_case_keys(config: Path, capsys: pytest.Cap
         seen |= keys(json.loads(out))
     assert {"fromCache", "seconds", "startLine", "staleFiles"} <= seen
     assert sorted(k for k in seen if "_" in k) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--json", "status", "--config", "{cfg}"],
+        ["--config", "{cfg}", "--json", "status"],
+        ["--json", "--config", "{cfg}", "--agent", "main", "status"],
+        ["--config", "{cfg}", "search", "restic", "--json"],
+        ["--json", "--config", "{cfg}", "model", "pull", "hf:nobody/missing/model.gguf"],
+        ["--json", "--config", "{cfg}", "flush", "check", "s1", "--tokens", "1", "--context-window", "200000"],
+    ],
+)
+def test_global_options_work_before_the_command(
+    config: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    code, out, _ = run(capsys, *[a.replace("{cfg}", str(config)) for a in argv])
+    assert code in (0, 1) and isinstance(json.loads(out), dict)  # JSON, so --json and --config were applied
+
+
+def test_options_after_the_command_win_and_watch_agents_add_up(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(capsys, "--agent", "nope", "--config", str(config), "status")
+    assert code == 2 and "unknown agent id 'nope'" in err
+    code, _, _ = run(capsys, "--agent", "nope", "--config", str(tmp_path / "absent"), "status", "--config", str(config))
+    assert code == 2  # --agent nope still applies
+    code, _, _ = run(capsys, "--agent", "nope", "--config", str(tmp_path / "absent"), "status", "--agent", "main")
+    assert code == 2  # --config absent still applies
+    code, _, _ = run(
+        capsys, "--agent", "nope", "--config", "absent", "status", "--agent", "main", "--config", str(config)
+    )
+    assert code == 0
+    code, out, err = run(capsys, "--agent", "nope", "--json", "watch", "--agent", "main", "--config", str(config))
+    assert code == 2 and "unknown agent id 'nope'" in err and json.loads(out)["error"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["search", ""], "QUERY must not be empty"),
+        (["search", "   "], "QUERY must not be empty"),
+        (["search", "x", "--max-results", "100000"], "--max-results must be from 1 to 100, got 100000"),
+        (["search", "x", "--max-results", "0"], "--max-results must be from 1 to 100, got 0"),
+        (["search", "x", "--min-score", "1.5"], "--min-score must be from 0 to 1, got 1.5"),
+        (["search", "x", "--min-score", "nan"], "--min-score must be a finite number"),
+    ],
+)
+def test_search_arguments_are_usage_errors(
+    config: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, out, err = run(capsys, *argv, "--config", str(config), "--json")
+    assert code == 2 and message in err and message in json.loads(out)["error"]
+    assert not (config.parent / "mdmemory-home" / "state").exists()  # nothing opened or indexed
