@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from mdmemory import __version__  # noqa: I001
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
+from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
 
@@ -103,7 +104,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
 
         def progress(done: int, total: int, path: str) -> None:
             bar.total = total
-            bar.set_postfix_str(path[-40:], refresh=False)
+            bar.set_postfix_str(display_name(path)[-40:], refresh=False)
             bar.update(done - bar.n)
 
     try:
@@ -120,8 +121,8 @@ def _format_index(r: dict[str, Any]) -> str:
         f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['fromCache']} from cache, "
         f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
     ]
-    lines += [f"skipped {s['path']}: {s['reason']}" for s in r["skipped"]]
-    lines += [f"error {e['path']}: {e['error']}" for e in r["errors"]]
+    lines += [f"skipped {display_name(s['path'])}: {s['reason']}" for s in r["skipped"]]
+    lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
     return "\n".join(lines)
 
 
@@ -143,7 +144,7 @@ def _format_search(r: dict[str, Any]) -> str:
         head += f" ({r['model']})"
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
-        out.append(f"\n{i}. {hit['path']}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
+        out.append(f"\n{i}. {display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")
@@ -270,9 +271,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             print(json.dumps(result, ensure_ascii=False, indent=2))
         elif result.get("error"):
-            print(f"mdmemory: error: {result['error']}", file=sys.stderr)
-        else:
-            print(fmt(result))
+            print(f"mdmemory: error: {display_text(str(result['error']))}", file=sys.stderr)
+        else:  # text for a terminal: names and notes may hold escape sequences (JSON keeps them exact)
+            print(display_text(fmt(result)))
         sys.stdout.flush()
     except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -296,7 +297,7 @@ def _merge_global_options(args: argparse.Namespace) -> argparse.Namespace:
 def _fail(exc: BaseException, code: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"error": str(exc)}, ensure_ascii=False))
-    print(f"mdmemory: error: {exc}", file=sys.stderr)
+    print(f"mdmemory: error: {display_text(str(exc))}", file=sys.stderr)
     return code
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,33 @@ def test_search_arguments_are_usage_errors(
     code, out, err = run(capsys, *argv, "--config", str(config), "--json")
     assert code == 2 and message in err and message in json.loads(out)["error"]
     assert not (config.parent / "mdmemory-home" / "state").exists()  # nothing opened or indexed
+
+
+RED = "memory/\x1b[31mred\x1b[0m.md"
+FLIPPED = "memory/\u202etxt.exe\u202c.md"
+UNSAFE = re.compile("[\x1b\x07\u202e\u202c]|\r(?!\n)")
+
+
+def test_control_characters_in_names_are_escaped_in_text_but_exact_in_json(
+    config: Path, workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(workspace / RED, "# Colours\n\ncrimson\x1b[2J notes\r\n")
+    cfg = str(config)
+    outputs = [run(capsys, "index", "--config", cfg), run(capsys, "search", "crimson", "--config", cfg)]
+    write(workspace / FLIPPED, "# Later\n\nstale file\n")  # shows up in status as a stale (new) file
+    outputs += [
+        run(capsys, "status", "--config", cfg),
+        run(capsys, "get", "memory/\x1b]0;pwned\x07.txt", "--config", cfg),
+        run(capsys, "get", RED, "--config", cfg),
+    ]
+    for _, out, err in outputs:
+        assert not UNSAFE.search(out + err), (out, err)
+    assert "1. memory/\\x1b[31mred\\x1b[0m.md:1-3" in outputs[1][1]
+    assert "memory/\\u202etxt.exe\\u202c.md" in outputs[2][1]
+    assert outputs[3][0] == 1 and "\\x1b]0;pwned\\x07.txt" in outputs[3][2]
+    assert outputs[4][1] == "# Colours\n\ncrimson\\x1b[2J notes\r\n\n"  # CRLF line ends are kept
+
+    _, out, _ = run(capsys, "status", "--config", cfg, "--json")
+    assert [f["path"] for f in json.loads(out)["staleFiles"]] == [FLIPPED]
+    _, out, _ = run(capsys, "search", "crimson", "--config", cfg, "--json")
+    assert json.loads(out)["results"][0]["path"] == RED
