@@ -116,6 +116,8 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
 
 
 def _format_index(r: dict[str, Any]) -> str:
+    if r.get("disabled"):
+        return f"nothing indexed: {r['reason']}"
     lines = [
         f"{r['files']} files ({r['indexed']} indexed, {r['unchanged']} unchanged, {r['removed']} removed), "
         f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['fromCache']} from cache, "
@@ -166,6 +168,8 @@ def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, 
 
     def fmt(r: dict[str, Any]) -> str:
         head = _format_index(r["sync"]) if r["sync"] else "sync on session start is off (sync.onSessionStart)"
+        if r["status"].get("enabled") is False:
+            head = "no sync: memory search is disabled (memorySearch.enabled is false)"
         return head + "\n" + _format_status(r["status"])
 
     return result, fmt

@@ -120,13 +120,19 @@ SEARCH_OUTPUT: dict[str, Any] = {
         "fallback": {"type": "object"},
         "warnings": {"type": "array", "items": {"type": "string"}},
         "stale": {"type": "boolean"},
+        "disabled": {"type": "boolean"},
         "error": {"type": "string"},
     },
     "required": ["results"],
 }
 GET_OUTPUT: dict[str, Any] = {
     "type": "object",
-    "properties": {"path": {"type": "string"}, "text": {"type": "string"}, "error": {"type": "string"}},
+    "properties": {
+        "path": {"type": "string"},
+        "text": {"type": "string"},
+        "disabled": {"type": "boolean"},
+        "error": {"type": "string"},
+    },
     "required": ["path", "text"],
 }
 STATUS_OUTPUT: dict[str, Any] = {"type": "object"}
