@@ -56,3 +56,12 @@ def test_huge_hybrid_weights_still_rank(workspace: Path, make_memory: Callable[.
     mem = make_memory({"query": {"minScore": 0, "hybrid": {"vectorWeight": 1e308, "textWeight": 1e308}}})
     hits = mem.search("restic backups")["results"]
     assert hits and hits[0]["score"] > 0.1
+
+
+def test_the_largest_configured_candidate_pool_does_not_crash_the_vector_search(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    """maxResults 100 x candidateMultiplier 50 asked sqlite-vec for k = 5000 (its limit is 4096)."""
+    write(workspace / "MEMORY.md", "# Infra\n\nBackups run nightly with restic to the NAS vault.\n")
+    mem = make_memory({"query": {"maxResults": 100, "hybrid": {"candidateMultiplier": 50}}})
+    assert mem.search("restic backups")["results"][0]["path"] == "MEMORY.md"
