@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import json5
 
 from mdmemory.errors import ConfigError
-from mdmemory.redact import is_secret_name, looks_secret
+from mdmemory.redact import is_secret_name, looks_secret, scrub
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
@@ -398,6 +398,7 @@ class _Loader:
         self.ignored: list[str] = []
 
     def error(self, key: str | None, message: str) -> ConfigError:
+        key = key and scrub(key)  # a credential pasted as a key name ({ "sk-...": true }) is not echoed either
         return ConfigError(f"{key}: {message}" if key else message, key=key, source=self.source)
 
     def bad(self, key: str, value: Any, expected: str, fix: str, secret: bool = False, hint: str = "") -> ConfigError:
@@ -418,7 +419,7 @@ class _Loader:
                 fix = f"rename it to '{mine}' (keys are case-sensitive camelCase)"
                 raise self.error(path, f"unknown key; did you mean '{mine}'? Fix: {fix}.")
             if key not in ours:
-                self.ignored.append(path)
+                self.ignored.append(scrub(path))
 
     def section(
         self, cls: Any, raw: Any, key: str, rel: str = "", ranges: Mapping[str, _Range] = RANGES

@@ -533,6 +533,8 @@ PLAIN = "hunter2-plain-value"  # a secret no pattern recognises: only where it w
         ({"agents": {"defaults": {"workspace": [SECRET]}}}, "agents.defaults.workspace"),
         ({"agents": {"defaults": {"userTimezone": SECRET}}}, "agents.defaults.userTimezone"),
         ({"agents": {"list": [{"id": f"{SECRET} x"}]}}, "agents.list[0].id"),
+        # a credential pasted as a key name
+        (ms({"remote": {SECRET: True}}), "agents.defaults.memorySearch.remote.***"),
     ],
 )
 def test_a_secret_is_never_echoed_whatever_the_error(
@@ -541,6 +543,11 @@ def test_a_secret_is_never_echoed_whatever_the_error(
     err = error(tmp_path, env, data)
     assert err.key == key and "Fix:" in str(err)
     assert PLAIN not in str(err) and SECRET not in str(err) and "very-secret" not in str(err)
+
+
+def test_a_credential_as_an_ignored_key_name_is_not_listed(tmp_path: Path, env: dict[str, str]) -> None:
+    cfg = load_config(write(tmp_path, {"gateway": {}, SECRET: 1, "agents": {"defaults": {f"Bearer {PLAIN}": 1}}}), env)
+    assert cfg.ignored_keys == ("gateway", "***", "agents.defaults.Bearer ***")
 
 
 def test_public_keys_that_look_secret_are_still_shown(tmp_path: Path, env: dict[str, str]) -> None:
