@@ -38,7 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import json5
 
 from mdmemory.errors import ConfigError
-from mdmemory.redact import is_secret_name, looks_secret, scrub
+from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
@@ -322,9 +322,6 @@ def _convert(tp: Any, value: Any) -> Any:
     raise TypeError(f"config field type {tp!r} is not supported by the loader")  # a programming error
 
 
-REDACTED = "<redacted>"
-
-
 def _show(value: Any, secret: bool = False) -> str:
     """``value`` for an error message: JSON, at most 80 characters, with secrets replaced by <redacted>.
 
@@ -335,25 +332,10 @@ def _show(value: Any, secret: bool = False) -> str:
     if secret or (isinstance(value, str) and looks_secret(value)):
         return REDACTED
     try:
-        text = json.dumps(_redacted(value))
+        text = json.dumps(redact_value(value, public=_public_keys()))
     except (TypeError, ValueError):
         text = REDACTED  # not JSON data: never fall back to repr(), which could show anything
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _redacted(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: REDACTED if _secret_key(k) else _redacted(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_redacted(v) for v in value]
-    if isinstance(value, str) and looks_secret(value):
-        return REDACTED
-    return value
-
-
-def _secret_key(name: str) -> bool:
-    """A key whose value may be a credential: secret-looking and not one of our public keys (``tokens``)."""
-    return is_secret_name(name) and name not in _public_keys()
 
 
 @functools.cache

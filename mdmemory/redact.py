@@ -8,6 +8,8 @@ module can use it without an import cycle.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
+from typing import Any
 
 _SECRET_NAME = re.compile(r"auth|key|cookie|token|secret|passw|credential|session", re.IGNORECASE)
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -16,6 +18,7 @@ SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 """Secret-looking text; group 1, when present, is a prefix to keep (``Bearer ``)."""
 _URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s@]+@")
+REDACTED = "<redacted>"
 
 
 def is_secret_name(name: str) -> bool:
@@ -33,3 +36,19 @@ def scrub(text: str) -> str:
     for pattern in SECRET_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
     return _URL_USERINFO.sub(lambda m: m.group(0).split("//", 1)[0] + "//***@", text)
+
+
+def redact_value(value: Any, public: Collection[str] = ()) -> Any:
+    """JSON-like ``value`` with secrets replaced by ``<redacted>``, at any depth: the value of every
+    secret-looking key (except the names in ``public``, such as a config's ``tokens``) and every string
+    that looks like a credential."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if is_secret_name(str(k)) and k not in public else redact_value(v, public)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_value(v, public) for v in value]
+    if isinstance(value, str) and looks_secret(value):
+        return REDACTED
+    return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mdmemory.redact import is_secret_name, looks_secret, scrub
+from mdmemory.redact import is_secret_name, looks_secret, redact_value, scrub
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,13 @@ def test_secret_names(name: str, secret: bool) -> None:
 def test_secret_looking_text_is_scrubbed(text: str, shown: str | None) -> None:
     assert looks_secret(text) is (shown is not None)
     assert scrub(text) == (text if shown is None else shown)
+
+
+def test_redact_value_walks_objects_and_lists() -> None:
+    value = {"tokens": 400, "token": "abc", "list": [{"Authorization": "x"}, "sk-abcdef123456", "ok"], "n": 1}
+    assert redact_value(value, public={"tokens"}) == {
+        "tokens": 400,
+        "token": "<redacted>",
+        "list": [{"Authorization": "<redacted>"}, "<redacted>", "ok"],
+        "n": 1,
+    }
