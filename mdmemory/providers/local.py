@@ -76,8 +76,9 @@ def resolve_model_path(model_path: str, cache_dir: Path, allow_download: bool = 
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ProviderError(
-                f"local embedding model {path} does not exist: set memorySearch.local.modelPath to a .gguf "
-                "file, or to hf:owner/repo/file.gguf"
+                f"local embedding model file {path} does not exist: check the path, or set "
+                "memorySearch.local.modelPath to an existing .gguf file (`mdmemory model convert SRC OUT` makes "
+                "one from a sentence-transformers folder) or to hf:owner/repo/file.gguf"
             )
         return path
     repo_id, filename = parse_hf_uri(model_path)
@@ -147,7 +148,10 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             if fh.read(4) != b"GGUF" or read("<I") < 2:
-                raise ProviderError(f"{path} is not a GGUF model file (v2+): convert it with mdmemory.convert")
+                raise ProviderError(
+                    f"{path} is not a GGUF model file (v2+): point memorySearch.local.modelPath at a .gguf file, "
+                    "or make one from a sentence-transformers folder with `mdmemory model convert SRC OUT`"
+                )
             read("<Q")  # tensor count
             for _ in range(read("<Q")):
                 key, vtype = read_str(), read("<I")
