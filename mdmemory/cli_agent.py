@@ -16,8 +16,7 @@ from mdmemory.agent.context import KINDS, session_context
 from mdmemory.agent.flush import check_flush, record_compaction, record_flush, reset_session
 from mdmemory.agent.remember import remember
 from mdmemory.agent.schemas import FORMATS, tool_definitions
-from mdmemory.errors import ConfigError
-from mdmemory.packer import MAX_BUDGET, SOURCE_KINDS
+from mdmemory.packer import SOURCE_KINDS, check_pack_arguments
 
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
@@ -34,7 +33,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--max-items", type=int, default=None, metavar="N", help="default: no cap")
     p.add_argument("--source", dest="sources", action="append", choices=SOURCE_KINDS, help="only these kinds")
     p.add_argument("--trace", action="store_true", help="add a receipt for every candidate (no memory text)")
-    p.set_defaults(func=cmd_pack)
+    p.set_defaults(func=cmd_pack, check=check_pack)
 
     p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
     p.add_argument("--format", dest="tool_format", choices=FORMATS, default="openai", help="default: openai")
@@ -85,11 +84,15 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
 # -- handlers ----------------------------------------------------------------------------------------------
 
 
+def check_pack(args: argparse.Namespace) -> None:
+    """memory_pack's bounds, checked before the config or the index is opened."""
+    names = {"query": "QUERY", "budgetTokens": "--budget-tokens", "maxItems": "--max-items", "sources": "--source"}
+    args.query, args.budget_tokens, args.max_items, _ = check_pack_arguments(
+        args.query, args.budget_tokens, args.max_items, args.sources, names
+    )
+
+
 def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
-    if not 1 <= args.budget_tokens <= MAX_BUDGET:
-        raise ConfigError(f"--budget-tokens must be from 1 to {MAX_BUDGET}, got {args.budget_tokens}")
-    if args.max_items is not None and args.max_items < 1:
-        raise ConfigError(f"--max-items must be at least 1, got {args.max_items}")
     result = mem.pack(
         args.query, budget_tokens=args.budget_tokens, max_items=args.max_items, sources=args.sources, trace=args.trace
     )

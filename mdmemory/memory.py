@@ -17,7 +17,7 @@ from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, MemorySearchConfig, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
-from mdmemory.packer import run_pack
+from mdmemory.packer import check_pack_arguments, run_pack
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import SearchOutcome
 from mdmemory.search import search as run_search
@@ -269,6 +269,10 @@ class Memory:
         date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``). See mdmemory.pack.
         """
+        if not self.settings.enabled:
+            check_pack_arguments(query, budget_tokens, max_items, sources)
+            empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
+            return {**empty, "disabled": True, "error": self._disabled()}
         return run_pack(self, query, budget_tokens, max_items=max_items, sources=sources, trace=trace)
 
     def session_start(self) -> dict[str, Any]:

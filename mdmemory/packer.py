@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mdmemory.errors import ConfigError, WorkspaceError
+from mdmemory.agent.schemas import PACK_INPUT, validate_arguments
+from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.indexer import embedding_windows, sha256
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
 from mdmemory.search import Hit
@@ -29,26 +30,43 @@ if TYPE_CHECKING:
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
 TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
-MAX_BUDGET = 100_000
 SOURCE_KINDS = ("curated", "daily", "extra")
 
 
-def check_arguments(budget_tokens: Any, max_items: Any, sources: Any) -> None:
-    """ConfigError naming the argument and the fix for a bad budget, item cap or source kind."""
+# The memory_pack tool's arguments plus the Python/CLI-only ones, checked by the tool dispatcher's validator.
+PACK_ARGUMENTS: dict[str, Any] = {
+    **PACK_INPUT,
+    "properties": {**PACK_INPUT["properties"], "maxItems": {"type": "integer", "minimum": 1}},
+}
+PYTHON_PACK_NAMES = {"query": "query", "budgetTokens": "budget_tokens", "maxItems": "max_items"}
 
-    def whole(value: Any) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
 
-    if not whole(budget_tokens) or not 1 <= budget_tokens <= MAX_BUDGET:
-        raise ConfigError(f"budget_tokens must be a whole number from 1 to {MAX_BUDGET}, got {budget_tokens!r}")
-    if max_items is not None and (not whole(max_items) or max_items < 1):
-        raise ConfigError(f"max_items must be a whole number >= 1 (or None for no cap), got {max_items!r}")
+def check_pack_arguments(
+    query: Any,
+    budget_tokens: Any,
+    max_items: Any = None,
+    sources: Any = None,
+    names: Mapping[str, str] | None = None,
+) -> tuple[str, int, int | None, tuple[str, ...] | None]:
+    """Validate a pack as memory_pack's schema does (a non-blank query, a budget of 1 to 100,000 tokens,
+    ``max_items`` >= 1, known source kinds); returns them normalised. Raises InvalidArgumentError naming the
+    argument as ``names`` spells it (default: the Python names)."""
+    args: dict[str, Any] = {"query": query, "budgetTokens": budget_tokens}
+    if max_items is not None:
+        args["maxItems"] = max_items
+    problem = validate_arguments(PACK_ARGUMENTS, args, PYTHON_PACK_NAMES if names is None else names)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+    kinds: tuple[str, ...] | None = None
     if sources is not None:
-        if isinstance(sources, str) or not all(isinstance(s, str) for s in sources):
-            raise ConfigError(f"sources must be a list of kinds ({', '.join(SOURCE_KINDS)}), got {sources!r}")
-        unknown = [s for s in sources if s not in SOURCE_KINDS]
+        name = (names or {}).get("sources", "sources")
+        if isinstance(sources, str) or not all(isinstance(k, str) for k in sources):
+            raise InvalidArgumentError(f"{name} must be a list of kinds ({', '.join(SOURCE_KINDS)}), got {sources!r}")
+        unknown = [k for k in sources if k not in SOURCE_KINDS]
         if unknown:
-            raise ConfigError(f"unknown source kind {unknown[0]!r}; use some of {', '.join(SOURCE_KINDS)}")
+            raise InvalidArgumentError(f"{name}: unknown kind {unknown[0]!r}; use some of {', '.join(SOURCE_KINDS)}")
+        kinds = tuple(sources)
+    return args["query"], args["budgetTokens"], args.get("maxItems"), kinds
 
 
 def candidate_count(max_results: int, budget_tokens: int) -> int:
@@ -66,7 +84,7 @@ def run_pack(
 ) -> dict[str, Any]:
     """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
     ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them."""
-    check_arguments(budget_tokens, max_items, sources)
+    query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
     settings = memory.settings
     q = settings.query
     outcome, vector, notes = memory._search(query, candidate_count(q.max_results, budget_tokens), 0.0)
