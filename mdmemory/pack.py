@@ -5,18 +5,20 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
 - Candidates come in the search's ranking order. Below ``minScore`` a candidate is excluded
   (``below_min_score``) unless it holds every query term, the rule ``memory_search`` applies; in keyword
   mode no threshold applies.
-- **Trimming.** A candidate chunk is cut to its focus line (the content line scoring best: the
-  similarity of the best stored window vector that covers it, fused with the IDF-weighted share of the
-  query's terms it holds) plus ``context`` content lines on each side. A chunk with no line-level signal
-  (no window vectors and no term on any line) or with at most ``2 * context + 1`` content lines stays
-  whole. The text of an item is exactly lines ``startLine..endLine`` of the file. When the section's
-  heading line (the nearest Markdown heading above) is outside the range it is kept beside the item
-  (``heading``, ``headingLine``) and printed above it in the bundle.
+- **Trimming** (mdmemory.trim). A candidate chunk is cut to its focus: the ``FOCUS_LINES`` (2) adjacent
+  content lines whose scores add up best (a line's score fuses the similarity of the best stored window
+  vector covering it with the IDF-weighted share of the query's terms it holds), plus ``CONTEXT_LINES`` (1)
+  content line on each side. A chunk with no line-level signal, or too few lines to trim, stays whole.
+  The text of an item is exactly lines ``startLine..endLine`` of the file. When the section's heading
+  line (the nearest Markdown heading above) is outside the range it is kept beside the item (``heading``,
+  ``headingLine``) and printed above it in the bundle.
 - **Selection.** Greedy in ranking order under ``budget_tokens``: a candidate whose range overlaps or
   touches an included item of the same file is merged into it (``merged_into``) or, when inside it
   already, dropped (``duplicate_of``); one whose words are nearly those of an included item (the same
   note in another file) is dropped (``duplicate_of``); then ``max_items`` and the budget
-  (``over_budget``; a smaller candidate further down may still fit).
+  (``over_budget``; a smaller candidate further down may still fit). After the first ``WIDEN_TOP`` (2)
+  candidates, the items they made grow to their whole chunks while that fits, before deeper candidates
+  are considered: the top of the ranking is where evidence most often is, and a trimmed item can miss it.
 - **Budget.** Costs are counted with ``count`` (the provider's tokenizer, or the estimate); the whole
   bundle is counted again at the end and the last additions are undone until it fits, so
   ``usedTokens <= budgetTokens`` always holds.
@@ -25,35 +27,27 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
 
 from __future__ import annotations
 
-import bisect
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mdmemory.search import Hit, _fold, contains_all_terms, log_date, query_terms
-from mdmemory.tokens import CJK_RUN, TokenCounter, estimate_tokens
+from mdmemory.tokens import TokenCounter, estimate_tokens
+from mdmemory.trim import FileLines, Window, focus_range, line_terms, term_weights
 from mdmemory.workspace import ROOT_FILES
 
 HEADER = "Memory excerpts, most relevant first; each ends with its Source (path#lines): cite it when you use it."
 SEPARATOR = "\n\n"
 NEAR_DUPLICATE = 0.8  # word-set Jaccard at or above which two items say the same thing
+# Chosen on the LoCoMo tune split (README, "Context packs"): pack recall at 500 / 1,000 / 2,000 tokens.
+FOCUS_LINES = 2
+CONTEXT_LINES = 1
+WIDEN_TOP = 2
 _WORD = re.compile(r"\w+", re.UNICODE)
-_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
-_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 LinesOf = Callable[[str], "list[str] | None"]
 """A file's lines (``\\n``-split, ``\\r\\n`` normalised) by workspace-relative path; None when unreadable."""
-
-
-@dataclass(frozen=True)
-class Window:
-    """A stored window vector of a chunk: its first and last file line (1-based) and its query similarity."""
-
-    first: int
-    last: int
-    similarity: float
 
 
 @dataclass(frozen=True)
@@ -163,112 +157,6 @@ def kind_of(path: str, source: str) -> str:
     return "curated"
 
 
-# -- trimming (pure) -------------------------------------------------------------------------------------------
-class _File:
-    """One file's lines with its heading lines indexed (fenced code blocks skipped)."""
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines = lines
-        self.headings: list[int] = []  # 1-based line numbers, ascending
-        fence: str | None = None
-        for n, line in enumerate(lines, start=1):
-            m = _FENCE.match(line)
-            if m:
-                fence = None if fence and m[1][0] == fence[0] and len(m[1]) >= len(fence) else fence or m[1]
-            elif fence is None and _HEADING.match(line):
-                self.headings.append(n)
-        self._heading_set = set(self.headings)
-
-    def is_heading(self, n: int) -> bool:
-        return n in self._heading_set
-
-    def is_content(self, n: int) -> bool:
-        return 1 <= n <= len(self.lines) and bool(self.lines[n - 1].strip()) and n not in self._heading_set
-
-    def heading_above(self, n: int) -> int | None:
-        """The nearest heading line before line ``n``."""
-        i = bisect.bisect_left(self.headings, n) - 1
-        return self.headings[i] if i >= 0 else None
-
-    def text(self, start: int, end: int) -> str:
-        return "\n".join(self.lines[start - 1 : end])
-
-
-def line_terms(line: str, terms: Sequence[str]) -> set[str]:
-    """The query terms ``line`` holds: words by a shared stem-like prefix of up to five letters, as keyword
-    search attributes matches (``search._same_stem``), CJK terms as substrings. Case and accents are folded
-    as FTS5 folds them."""
-    lower = line.lower()
-    plain = CJK_RUN.sub(" ", lower) if not lower.isascii() else lower
-    words = {w if w.isascii() else _fold(w) for w in _WORD.findall(plain)}
-    prefixes = {w[:5] for w in words if len(w) >= 5}
-    held = set()
-    for term in terms:
-        t = term.lower() if term.isascii() else _fold(term)
-        if CJK_RUN.fullmatch(t):
-            found = t in lower or t in _fold(line)
-        elif t in words:
-            found = True
-        elif len(t) < 3:
-            found = False
-        elif len(t) >= 5:  # some word shares min(len(word), len(term), 5) first letters with the term
-            found = t[:5] in prefixes or t[:3] in words or t[:4] in words
-        else:
-            found = any(w.startswith(t) for w in words) or t[:3] in words
-        if found:
-            held.add(term)
-    return held
-
-
-def term_weights(line_sets: Sequence[set[str]]) -> dict[str, float]:
-    """IDF of each term over the candidates' lines: rare terms locate the evidence, common ones do not."""
-    n = max(1, len(line_sets))
-    df: dict[str, int] = {}
-    for held in line_sets:
-        for t in held:
-            df[t] = df.get(t, 0) + 1
-    return {t: math.log(1 + n / d) for t, d in df.items()}
-
-
-def focus_range(
-    f: _File,
-    start: int,
-    end: int,
-    keyword: Mapping[int, float],
-    windows: Sequence[Window],
-    weights: tuple[float, float],
-    context: int = 1,
-) -> tuple[int, int]:
-    """The lines of chunk ``start..end`` worth keeping: the best line and ``context`` content lines each side,
-    plus the section's heading line when only blank lines separate it from them."""
-    content = [n for n in range(start, end + 1) if f.is_content(n)]
-    if not content:
-        return start, end
-    lo, hi = content[0], content[-1]
-    if len(content) > 2 * context + 1:
-        wv, wt = weights
-        scores = {}
-        for n in content:
-            vec = max((w.similarity for w in windows if w.first <= n <= w.last), default=0.0)
-            scores[n] = wv * vec + wt * keyword.get(n, 0.0)
-        best = max(content, key=lambda n: (scores[n], -n))
-        if scores[best] > min(scores.values()):  # else no line-level signal: the chunk stays whole
-            lo = hi = best
-            for step in (-1, 1):
-                n, taken = best + step, 0
-                while taken < context and 1 <= n <= len(f.lines) and not f.is_heading(n):
-                    if f.is_content(n):
-                        taken += 1
-                        lo, hi = min(lo, n), max(hi, n)
-                    n += step
-    above = lo - 1
-    while above >= 1 and not f.lines[above - 1].strip():
-        above -= 1
-    if above >= 1 and f.is_heading(above):
-        lo = above
-    return lo, hi
-
-
 # -- selection (pure) -------------------------------------------------------------------------------------------
 def build_pack(
     hits: Sequence[Hit],
@@ -283,13 +171,16 @@ def build_pack(
     min_score: float = 0.0,
     max_items: int | None = None,
     weights: tuple[float, float] = (0.7, 0.3),
-    context: int = 1,
+    span: int = FOCUS_LINES,
+    context: tuple[int, int] = (CONTEXT_LINES, CONTEXT_LINES),
+    widen_after: int | None = WIDEN_TOP,
 ) -> Pack:
     """Pack ``hits`` (in ranking order) into at most ``budget_tokens`` tokens; see the module docstring.
 
     ``terms`` are the query's keyword terms (``SearchOutcome.terms``), ``windows`` the window vectors of
     each candidate chunk by chunk id (empty in keyword mode), ``weights`` the (vector, keyword) weights of a
-    line's score, ``count`` the token counter.
+    line's score, ``count`` the token counter; ``span``, ``context`` and ``widen_after`` (None: never widen)
+    as the module docstring says.
     """
     windows = windows or {}
     if mode == "keyword":
@@ -297,10 +188,10 @@ def build_pack(
     elif mode == "vector":
         weights = (1.0, 0.001)  # keywords only break ties between lines of one window
     all_terms = query_terms(query)
-    files: dict[str, _File | None] = {}
+    files: dict[str, FileLines | None] = {}
     receipts: list[Receipt | None] = [None] * len(hits)
     # 1. candidates: threshold, file check, trimming
-    staged: list[tuple[int, Hit, _File, int, int]] = []
+    staged: list[tuple[int, Hit, FileLines, int, int]] = []
     for rank, hit in enumerate(hits):
         c = hit.chunk
         if mode != "keyword" and hit.score < min_score and not contains_all_terms(c.text, all_terms, query):
@@ -308,7 +199,7 @@ def build_pack(
             continue
         if c.path not in files:
             lines = lines_of(c.path)
-            files[c.path] = _File(lines) if lines is not None else None
+            files[c.path] = FileLines(lines) if lines is not None else None
         f = files[c.path]
         if f is None or c.text not in f.text(c.start_line, c.end_line):
             receipts[rank] = _receipt(rank, hit, cite(c.path, c.start_line, c.end_line), "excluded", "stale")
@@ -324,15 +215,19 @@ def build_pack(
     total = sum(idf.values())
     # 2. greedy selection under the budget, then the exact count of the whole bundle
     sel = _Selection(count, budget_tokens, max_items, header=bool(staged))
-    for rank, hit, f, s, e in staged:
+    for i, (rank, hit, f, s, e) in enumerate(staged):
+        if i == widen_after:
+            _widen(sel, staged[:i], receipts)
         c = hit.chunk
         kw = {
             n: sum(idf.get(t, 0.0) for t in line_sets[(c.path, n)]) / total if total else 0.0
             for n in range(s, e + 1)
             if (c.path, n) in line_sets
         }
-        lo, hi = focus_range(f, s, e, kw, windows.get(c.id or -1, ()), weights, context)
+        lo, hi = focus_range(f, s, e, kw, windows.get(c.id or -1, ()), weights, span, context)
         receipts[rank] = sel.consider(rank, hit, f, lo, hi)
+    if widen_after is not None and len(staged) <= widen_after:
+        _widen(sel, staged, receipts)
     sel.fit(receipts)
     return Pack(query, budget_tokens, sel.used, sel.items(), sel.bundle, mode, sel.resolve(receipts))
 
@@ -355,14 +250,15 @@ class _Selection:
         self.base = count("")
         self.slots: list[_Slot | None] = []
         self.alias: dict[int, int] = {}  # merged-away slot -> the slot holding its lines
-        self.events: list[tuple[int, list[tuple[int, _Slot | None]], int]] = []  # (rank, old slots, old length)
+        # (rank, old slots, old length, the receipt before a widening): what undoing a step restores
+        self.events: list[tuple[int, list[tuple[int, _Slot | None]], int, Receipt | None]] = []
         self.used = count(HEADER) - self.base if header else 0
         self.bundle = ""
 
     def _cost(self, item: PackItem) -> int:
         return self.count(item.block() + SEPARATOR) - self.base
 
-    def consider(self, rank: int, hit: Hit, f: _File, lo: int, hi: int) -> Receipt:
+    def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int) -> Receipt:
         """Include, merge or exclude one trimmed candidate; its receipt (reasons name slots as ``#i``)."""
         c = hit.chunk
         item = _item(c.path, c.source, f, lo, hi, hit.score)
@@ -384,7 +280,7 @@ class _Selection:
             extra = cost - sum(sl.cost for _, sl in olds if sl)
             if self.used + extra > self.budget:
                 return _receipt(rank, hit, ref, "excluded", "over_budget", extra)
-            self.events.append((rank, olds, len(self.slots)))
+            self.events.append((rank, olds, len(self.slots), None))
             merged_words = words.union(*(sl.words for _, sl in olds if sl))
             self.slots[touching[0]] = _Slot(grown, merged_words, cost)
             for i in touching[1:]:
@@ -400,10 +296,33 @@ class _Selection:
         cost = self._cost(item)
         if self.used + cost > self.budget:
             return _receipt(rank, hit, ref, "excluded", "over_budget", cost)
-        self.events.append((rank, [], len(self.slots)))
+        self.events.append((rank, [], len(self.slots), None))
         self.slots.append(_Slot(item, words, cost))
         self.used += cost
         return _receipt(rank, hit, ref, "included", "selected", cost)
+
+    def widen(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int, receipt: Receipt) -> Receipt:
+        """Grow the item holding an included candidate to ``lo..hi`` if that fits; its updated receipt."""
+        c = hit.chunk
+        touching = [i for i, sl in enumerate(self.slots) if sl and sl.item.path == c.path and _touches(sl.item, lo, hi)]
+        first = self.slots[touching[0]] if touching else None
+        if first is None or (first.item.start_line <= lo and hi <= first.item.end_line):
+            return receipt
+        olds = [(i, self.slots[i]) for i in touching]
+        start = min([lo] + [sl.item.start_line for _, sl in olds if sl])
+        end = max([hi] + [sl.item.end_line for _, sl in olds if sl])
+        grown = _item(c.path, c.source, f, start, end, max(sl.item.score for _, sl in olds if sl))
+        cost = self._cost(grown)
+        extra = cost - sum(sl.cost for _, sl in olds if sl)
+        if self.used + extra > self.budget:
+            return receipt
+        self.events.append((rank, olds, len(self.slots), receipt))
+        self.slots[touching[0]] = _Slot(grown, first.words.union(*(sl.words for _, sl in olds if sl)), cost)
+        for i in touching[1:]:
+            self.slots[i] = None
+            self.alias[i] = touching[0]
+        self.used += extra
+        return replace(receipt, ref=cite(c.path, lo, hi), tokens=(receipt.tokens or 0) + extra)
 
     def items(self) -> list[PackItem]:
         return [sl.item for sl in self.slots if sl is not None]
@@ -415,14 +334,14 @@ class _Selection:
             self.used = self.count(self.bundle) - self.base if self.bundle else 0
             if self.used <= self.budget or not self.events:
                 return
-            rank, olds, length = self.events.pop()
+            rank, olds, length, before = self.events.pop()
             del self.slots[length:]
             for i, old in olds:
                 self.slots[i] = old
                 self.alias.pop(i, None)
             undone = receipts[rank]
             assert undone is not None
-            receipts[rank] = replace(undone, decision="excluded", reason="over_budget")
+            receipts[rank] = before or replace(undone, decision="excluded", reason="over_budget")
 
     def resolve(self, receipts: list[Receipt | None]) -> list[Receipt]:
         """Receipts with ``#i`` replaced by the final ref of the item that holds slot ``i``'s lines."""
@@ -440,7 +359,18 @@ class _Selection:
         return out
 
 
-def _item(path: str, source: str, f: _File, lo: int, hi: int, score: float) -> PackItem:
+def _widen(
+    sel: _Selection, staged: Sequence[tuple[int, Hit, FileLines, int, int]], receipts: list[Receipt | None]
+) -> None:
+    """Grow the included items of ``staged`` to their whole chunks, in ranking order, while they fit."""
+    for rank, hit, f, s, e in staged:
+        receipt = receipts[rank]
+        if receipt is not None and receipt.decision == "included":
+            lo, hi = focus_range(f, s, e, {}, (), (1.0, 0.0), span=e - s + 1, context=(0, 0))
+            receipts[rank] = sel.widen(rank, hit, f, lo, hi, receipt)
+
+
+def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float) -> PackItem:
     head = None if f.is_heading(lo) else f.heading_above(lo)
     when = log_date(path)
     return PackItem(

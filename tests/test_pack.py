@@ -11,10 +11,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdmemory.chunker import chunk_markdown
-from mdmemory.pack import HEADER, Pack, PackItem, Window, build_pack, cite, kind_of
+from mdmemory.pack import FOCUS_LINES, HEADER, Pack, PackItem, build_pack, cite, kind_of
 from mdmemory.search import Hit
 from mdmemory.store import ChunkRow
 from mdmemory.tokens import estimate_tokens
+from mdmemory.trim import Window
 
 DAILY = """# 2026-03-09
 
@@ -60,6 +61,8 @@ def hit(c: ChunkRow, score: float, vec: float | None = None, kw: float | None = 
 
 def pack(hits: list[Hit], query: str = "backup vault", budget: int = 1000, files: dict[str, str] = FILES, **kw) -> Pack:
     terms = kw.pop("terms", [t for t in query.lower().split()])
+    kw.setdefault("span", 1)  # the selection tests: one focus line, one line of context, no widening
+    kw.setdefault("widen_after", None)
     return build_pack(
         hits,
         query=query,
@@ -81,23 +84,42 @@ def file_lines(path: str, start: int, end: int, files: dict[str, str] = FILES) -
 @pytest.mark.parametrize(
     ("query", "window", "expected", "heading"),
     [
-        ("disk full", None, (6, 8), (3, "## Morning")),  # focus 7 (terms) with one line each side
-        ("dune chapter", None, (10, 11), (3, "## Morning")),  # last line: context only above
-        ("coffee mika", None, (3, 6), None),  # focus 5: the heading two lines above joins the range
+        ("disk full", None, (3, 8), None),  # terms on 7: pair 6-7 (first of the ties) + 5 and 8; heading joins
+        ("dune chapter", None, (9, 11), (3, "## Morning")),  # last line: the pair 10-11, context only above
+        ("coffee mika", None, (3, 7), None),  # first line: pair 5-6, context 7, the heading above joins
         ("zzz", None, (3, 11), None),  # no line holds a term: the chunk stays whole, with its heading
-        ("zzz", Window(9, 10, 0.9), (8, 10), (3, "## Morning")),  # only a window points at lines 9-10
-        ("vault", Window(5, 6, 0.3), (6, 8), (3, "## Morning")),  # terms outweigh a weak window
+        ("zzz", Window(9, 10, 0.9), (8, 11), (3, "## Morning")),  # only a window points at lines 9-10
+        ("vault", Window(5, 6, 0.3), (6, 9), (3, "## Morning")),  # two lines with the term beat a weak window
     ],
 )
-def test_trimming_keeps_the_best_line_with_context_and_exact_text(query, window, expected, heading) -> None:
+def test_trimming_keeps_the_best_pair_with_context_and_exact_text(query, window, expected, heading) -> None:
     c = chunk("memory/2026-03-09.md", 5, 11, 1)
     windows = {1: [window]} if window else {}
-    p = pack([hit(c, 0.8)], query=query, windows=windows)
+    p = pack([hit(c, 0.8)], query=query, windows=windows, span=FOCUS_LINES)
     [item] = p.items
     assert (item.start_line, item.end_line) == expected
     assert item.text == file_lines(item.path, *expected)
     assert (item.heading_line, item.heading) == (heading or (None, None))
     assert item.ref == cite(item.path, *expected)
+
+
+def test_the_top_candidates_grow_to_their_whole_chunks_before_deeper_ones_are_trimmed() -> None:
+    hits = [
+        hit(chunk("memory/2026-03-09.md", 5, 11, 1), 0.9),
+        hit(chunk("MEMORY.md", 5, 7, 2), 0.8),
+        hit(chunk("MEMORY.md", 10, 10, 3), 0.7),  # third: considered after the widening
+    ]
+    p = build_pack(hits, query="disk", terms=["disk"], mode="hybrid", lines_of=lines_of(FILES), budget_tokens=1000)
+    assert [i.ref for i in p.items] == ["memory/2026-03-09.md#L3-L11", "MEMORY.md#L3-L6", "MEMORY.md#L8-L10"]
+    assert [(r.ref, r.reason) for r in p.receipts] == [
+        ("memory/2026-03-09.md#L3-L11", "selected"),  # widened from its trimmed range 3-8 to the chunk
+        ("MEMORY.md#L3-L6", "selected"),
+        ("MEMORY.md#L8-L10", "selected"),
+    ]
+    assert p.receipts[0].tokens == estimate_tokens(p.items[0].block() + "\n\n")
+    tight = build_pack(hits, query="disk", terms=["disk"], mode="hybrid", lines_of=lines_of(FILES), budget_tokens=90)
+    assert tight.items[0].ref == "memory/2026-03-09.md#L3-L8"  # no room to grow: it stays trimmed
+    assert tight.used_tokens <= 90 and tight.receipts[0].reason == "selected"
 
 
 def test_a_small_chunk_stays_whole_and_a_one_line_ref_has_no_range() -> None:
