@@ -34,7 +34,7 @@ from typing import Any
 
 from mdmemory.search import Hit, _fold, contains_all_terms, log_date, query_terms
 from mdmemory.tokens import TokenCounter, estimate_tokens
-from mdmemory.trim import FileLines, Window, focus_range, line_terms, term_weights
+from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 from mdmemory.workspace import ROOT_FILES
 
 HEADER = "Memory excerpts, most relevant first; each ends with its Source (path#lines): cite it when you use it."
@@ -174,13 +174,15 @@ def build_pack(
     span: int = FOCUS_LINES,
     context: tuple[int, int] = (CONTEXT_LINES, CONTEXT_LINES),
     widen_after: int | None = WIDEN_TOP,
+    price_by_line: bool = False,
 ) -> Pack:
     """Pack ``hits`` (in ranking order) into at most ``budget_tokens`` tokens; see the module docstring.
 
     ``terms`` are the query's keyword terms (``SearchOutcome.terms``), ``windows`` the window vectors of
     each candidate chunk by chunk id (empty in keyword mode), ``weights`` the (vector, keyword) weights of a
     line's score, ``count`` the token counter; ``span``, ``context`` and ``widen_after`` (None: never widen)
-    as the module docstring says.
+    as the module docstring says. ``price_by_line`` prices items as the sum of their lines (for a caching
+    model tokenizer; additive tokenizers such as WordPiece give the same figure).
     """
     windows = windows or {}
     if mode == "keyword":
@@ -205,8 +207,9 @@ def build_pack(
             receipts[rank] = _receipt(rank, hit, cite(c.path, c.start_line, c.end_line), "excluded", "stale")
             continue
         staged.append((rank, hit, f, c.start_line, c.end_line))
+    matcher = TermMatcher(terms)
     line_sets = {
-        (h.chunk.path, n): line_terms(f.lines[n - 1], terms)
+        (h.chunk.path, n): matcher.held(f.lines[n - 1])
         for _, h, f, s, e in staged
         for n in range(s, e + 1)
         if f.is_content(n)
@@ -214,7 +217,7 @@ def build_pack(
     idf = term_weights(list(line_sets.values()))
     total = sum(idf.values())
     # 2. greedy selection under the budget, then the exact count of the whole bundle
-    sel = _Selection(count, budget_tokens, max_items, header=bool(staged))
+    sel = _Selection(count, budget_tokens, max_items, header=bool(staged), by_line=price_by_line)
     for i, (rank, hit, f, s, e) in enumerate(staged):
         if i == widen_after:
             _widen(sel, staged[:i], receipts)
@@ -245,9 +248,10 @@ class _Selection:
     """Greedy selection state: included items (``None`` once merged into another), what each merge or
     addition changed (to undo the last ones if the exact count of the bundle is over), tokens used."""
 
-    def __init__(self, count: TokenCounter, budget: int, max_items: int | None, header: bool) -> None:
-        self.count, self.budget, self.max_items = count, budget, max_items
+    def __init__(self, count: TokenCounter, budget: int, max_items: int | None, header: bool, by_line: bool) -> None:
+        self.count, self.budget, self.max_items, self.by_line = count, budget, max_items, by_line
         self.base = count("")
+        self._newline: int | None = None
         self.slots: list[_Slot | None] = []
         self.alias: dict[int, int] = {}  # merged-away slot -> the slot holding its lines
         # (rank, old slots, old length, the receipt before a widening): what undoing a step restores
@@ -256,7 +260,14 @@ class _Selection:
         self.bundle = ""
 
     def _cost(self, item: PackItem) -> int:
-        return self.count(item.block() + SEPARATOR) - self.base
+        """An item's tokens, separator included; with ``by_line``, the sum of its lines' (lines recur across
+        candidates and queries, so a caching tokenizer prices each once); ``fit`` counts the bundle exactly."""
+        if not self.by_line:
+            return self.count(item.block() + SEPARATOR) - self.base
+        pieces = (item.block() + SEPARATOR).split("\n")
+        newline = self._newline if self._newline is not None else self.count("\n") - self.base
+        self._newline = newline
+        return sum(self.count(p) - self.base for p in pieces if p) + newline * (len(pieces) - 1)
 
     def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int) -> Receipt:
         """Include, merge or exclude one trimmed candidate; its receipt (reasons name slots as ``#i``)."""

@@ -10,7 +10,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import os
+import stat
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +26,9 @@ from mdmemory.agent.schemas import PACK_INPUT, validate_arguments
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.indexer import embedding_windows, sha256
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
+from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
-from mdmemory.store import Store
+from mdmemory.store import ChunkRow, Store
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import Workspace, read_text
 
@@ -92,7 +99,7 @@ def run_pack(
     if sources is not None:
         hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
     provider = memory.choice.provider
-    count: TokenCounter = provider.count_tokens if provider is not None else estimate_tokens
+    count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
     windows: dict[int, list[Window]] = {}
     if vector is not None and settings.chunking.window_tokens:
         windows = window_similarities(memory.store, hits, vector, settings.chunking.window_tokens, count)
@@ -108,6 +115,7 @@ def run_pack(
         min_score=q.min_score,
         max_items=max_items,
         weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
+        price_by_line=provider is not None,
     )
     body = pack.to_dict(trace)
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
@@ -126,24 +134,99 @@ def window_similarities(
         cid = h.chunk.id
         if cid is None or cid not in sims:
             continue
-        spans = embedding_windows(h.chunk, window_tokens, count)
         found = sims[cid]
-        out[cid] = [Window(first, last, found[d]) for text, first, last in spans if (d := sha256(text)) in found]
+        out[cid] = [
+            Window(first, last, found[d]) for d, first, last in _spans(h.chunk, window_tokens, count) if d in found
+        ]
     return out
 
 
+_SPANS: OrderedDict[tuple[Any, ...], list[tuple[str, int, int]]] = OrderedDict()
+_SPANS_MAX = 8192
+_SPANS_LOCK = threading.Lock()
+
+
+def _spans(chunk: ChunkRow, window_tokens: int, count: TokenCounter) -> list[tuple[str, int, int]]:
+    """A chunk's windows as (input hash, first line, last line): rebuilding them tokenizes every line, so
+    they are kept per (chunk, window size, tokenizer) for the next packs (least recently used dropped)."""
+    key = (chunk.hash, chunk.heading, chunk.start_line, window_tokens, count)
+    with _SPANS_LOCK:
+        hit = _SPANS.get(key)
+        if hit is not None:
+            _SPANS.move_to_end(key)
+            return hit
+    spans = [(sha256(text), first, last) for text, first, last in embedding_windows(chunk, window_tokens, count)]
+    with _SPANS_LOCK:
+        _SPANS[key] = spans
+        while len(_SPANS) > _SPANS_MAX:
+            _SPANS.popitem(last=False)
+    return spans
+
+
+_COUNTERS: weakref.WeakKeyDictionary[EmbeddingProvider, TokenCounter] = weakref.WeakKeyDictionary()
+
+
+def counter(provider: EmbeddingProvider) -> TokenCounter:
+    """The provider's tokenizer, remembering the counts of recent texts (pack lines recur across queries)."""
+    with _SPANS_LOCK:
+        found = _COUNTERS.get(provider)
+        if found is None:
+            owner = weakref.ref(provider)  # the cache must not keep the provider (and its model) alive
+
+            @functools.lru_cache(maxsize=32768)
+            def count(text: str) -> int:
+                p = owner()
+                return p.count_tokens(text) if p is not None else estimate_tokens(text)
+
+            found = _COUNTERS[provider] = count
+    return found
+
+
+_FILES: OrderedDict[tuple[str, str], tuple[tuple[int, int, int, int], str, list[str]]] = OrderedDict()
+_FILES_MAX = 512
+
+
 def file_reader(workspace: Workspace) -> LinesOf:
-    """Lines of memory files by agent-facing path, read once per pack; None for a file that cannot be read."""
-    cache: dict[str, list[str] | None] = {}
+    """Lines of memory files by agent-facing path, read through the workspace rules; None for a file that
+    cannot be read. A file read by an earlier pack is reused while ``lstat`` finds the same file unchanged
+    (device, inode, size, mtime): a path swapped for a symlink or another file is resolved and read again."""
+    local: dict[str, list[str] | None] = {}
 
     def lines_of(path: str) -> list[str] | None:
-        if path not in cache:
-            try:
-                text, _, _ = read_text(workspace.resolve_for_read(path))
-            except (WorkspaceError, OSError):
-                cache[path] = None
-            else:
-                cache[path] = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-        return cache[path]
+        if path not in local:
+            local[path] = _read_lines(workspace, path)
+        return local[path]
 
     return lines_of
+
+
+def _read_lines(workspace: Workspace, path: str) -> list[str] | None:
+    key = (str(workspace.root), path)
+    with _SPANS_LOCK:
+        cached = _FILES.get(key)
+    if cached is not None:
+        identity, target, lines = cached
+        try:
+            st = os.lstat(target)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == identity:
+            with _SPANS_LOCK:
+                _FILES.move_to_end(key)
+            return lines
+    try:
+        target_path = workspace.resolve_for_read(path)
+        st = os.lstat(target_path)  # before reading: a change after this is seen as a new identity next time
+        text, _, _ = read_text(target_path)
+    except (WorkspaceError, OSError):
+        return None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    with _SPANS_LOCK:
+        _FILES[key] = (_identity(st), str(target_path), lines)
+        while len(_FILES) > _FILES_MAX:
+            _FILES.popitem(last=False)
+    return lines
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mdmemory.search import _fold
+from mdmemory.search import _fold, _same_stem
 from mdmemory.tokens import CJK_RUN
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -64,30 +64,43 @@ class FileLines:
         return "\n".join(self.lines[start - 1 : end])
 
 
+class TermMatcher:
+    """Which query terms a line holds: words by a shared stem-like prefix of up to five letters, as keyword
+    search attributes matches (``search._same_stem``), CJK terms as substrings; case and accents folded as
+    FTS5 folds them. One regular expression finds the candidate words of a line; each distinct word found
+    is attributed to its terms once."""
+
+    def __init__(self, terms: Sequence[str]) -> None:
+        folded = [(term, _fold(term)) for term in terms]
+        self.cjk = [(term, t) for term, t in folded if CJK_RUN.fullmatch(t)]
+        self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and _WORD.fullmatch(t)]
+        alternatives = sorted({a for _, t in self.words for a in _alternatives(t)}, key=len, reverse=True)
+        self.pattern = re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)") if alternatives else None
+        self._memo: dict[str, tuple[str, ...]] = {}
+
+    def held(self, line: str) -> set[str]:
+        folded = _fold(line)
+        found = {term for term, t in self.cjk if t in folded}
+        if self.pattern is not None:
+            plain = folded if folded.isascii() else CJK_RUN.sub(" ", folded)
+            for word in self.pattern.findall(plain):
+                terms = self._memo.get(word)
+                if terms is None:
+                    terms = self._memo[word] = tuple(term for term, t in self.words if _same_stem(word, t))
+                found.update(terms)
+        return found
+
+
 def line_terms(line: str, terms: Sequence[str]) -> set[str]:
-    """The query terms ``line`` holds: words by a shared stem-like prefix of up to five letters, as keyword
-    search attributes matches (``search._same_stem``), CJK terms as substrings. Case and accents are folded
-    as FTS5 folds them."""
-    lower = line.lower()
-    plain = CJK_RUN.sub(" ", lower) if not lower.isascii() else lower
-    words = {w if w.isascii() else _fold(w) for w in _WORD.findall(plain)}
-    prefixes = {w[:5] for w in words if len(w) >= 5}
-    held = set()
-    for term in terms:
-        t = term.lower() if term.isascii() else _fold(term)
-        if CJK_RUN.fullmatch(t):
-            found = t in lower or t in _fold(line)
-        elif t in words:
-            found = True
-        elif len(t) < 3:
-            found = False
-        elif len(t) >= 5:  # some word shares min(len(word), len(term), 5) first letters with the term
-            found = t[:5] in prefixes or t[:3] in words or t[:4] in words
-        else:
-            found = any(w.startswith(t) for w in words) or t[:3] in words
-        if found:
-            held.add(term)
-    return held
+    """The query terms ``line`` holds (see TermMatcher)."""
+    return TermMatcher(terms).held(line)
+
+
+def _alternatives(t: str) -> list[str]:
+    """Regex alternatives for the words that may share a stem with term ``t`` (``search._same_stem``)."""
+    if len(t) < 3:
+        return [re.escape(t)]
+    return [re.escape(t[:5]) + r"\w*", re.escape(t[:3])] + ([re.escape(t[:4])] if len(t) >= 4 else [])
 
 
 def term_weights(line_sets: Sequence[set[str]]) -> dict[str, float]:

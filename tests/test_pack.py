@@ -321,8 +321,9 @@ counters = {
     counter=st.sampled_from(sorted(counters)),
     query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=4).map(" ".join),
     mode=st.sampled_from(["hybrid", "keyword", "vector"]),
+    by_line=st.booleans(),
 )
-def test_property_budget_ranges_and_receipts(files, picks, budget, max_items, counter, query, mode) -> None:
+def test_property_budget_ranges_and_receipts(files, picks, budget, max_items, counter, query, mode, by_line) -> None:
     texts = {f"memory/2026-01-{i + 1:02d}.md": t for i, t in enumerate(files)}
     chunks = [c for path, t in texts.items() for c in chunk_markdown(t, path, tokens=60, overlap=15)]
     if not chunks:
@@ -348,6 +349,7 @@ def test_property_budget_ranges_and_receipts(files, picks, budget, max_items, co
         count=count,
         min_score=0.3,
         max_items=max_items,
+        price_by_line=by_line,
     )
     base = count("")
     assert p.used_tokens <= budget

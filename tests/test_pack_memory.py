@@ -261,3 +261,20 @@ def test_cli_search_kind_group_drops_citations(
     assert all("citation" not in r for r in json.loads(capsys.readouterr().out)["results"])
     assert run_cli(["search", "restic", "--config", str(cfg), "--json"]) == 0
     assert all(r["citation"].startswith("MEMORY.md#L") for r in json.loads(capsys.readouterr().out)["results"])
+
+
+def test_a_file_read_by_an_earlier_pack_is_read_again_when_it_changes_or_becomes_a_symlink(
+    tmp_path: Path, workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    write(workspace / "MEMORY.md", MEMORY)
+    mem = make_memory({"sync": {"onSearch": False}})
+    mem.sync()
+    assert mem.pack("backups restic", budget_tokens=300)["items"]
+    write(workspace / "MEMORY.md", MEMORY.replace("nightly", "hourly!"))  # same lines, new text
+    result = mem.pack("backups restic", budget_tokens=300, trace=True)
+    assert result["items"] == [] and {r["reason"] for r in result["trace"]} == {"stale"}
+    outside = write(tmp_path / "outside.md", MEMORY)
+    (workspace / "MEMORY.md").unlink()
+    (workspace / "MEMORY.md").symlink_to(outside)
+    result = mem.pack("backups restic", budget_tokens=300, trace=True)
+    assert result["items"] == [] and {r["reason"] for r in result["trace"]} == {"stale"}
