@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from filelock import FileLock, Timeout
@@ -41,6 +41,7 @@ class AgentWatch:
     watcher: MemoryWatcher
     started: float
     reported: tuple[bool, str | None, int] | None = None  # (armed, waitingFor, rearms) last logged
+    state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
 
     def write_state(self) -> None:
         state = {
@@ -54,8 +55,9 @@ class AgentWatch:
         }
         path = state_path(self.agent)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, path)
+        with self.state_lock:
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, path)
 
 
 def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, polling: bool | None = None) -> AgentWatch:
@@ -121,6 +123,12 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
     watch = AgentWatch(agent, lock, service, watcher, time.time())
     watch.write_state()
     report_watcher(watch, emit)
+
+    def on_state() -> None:  # the guard armed or lost the workspace: say so now, not at the next heartbeat
+        report_watcher(watch, emit)
+        watch.write_state()
+
+    watcher.on_state = on_state
     return watch
 
 
@@ -128,9 +136,10 @@ def report_watcher(watch: AgentWatch, emit: Emit) -> None:
     """Log ``watching`` when the watcher (re-)armed and ``waiting`` when it lost its workspace, once each."""
     w = watch.watcher
     now = (w.armed, w.waiting_for, w.rearms)
-    if now == watch.reported:
-        return
-    watch.reported = now
+    with watch.state_lock:
+        if now == watch.reported:
+            return
+        watch.reported = now
     event: dict[str, Any] = {"agent": watch.agent.id, "workspace": str(w.workspace.root)}
     if w.armed:
         event.update(event="watching", mode=w.mode, fallbackReason=w.fallback_reason, rearms=w.rearms)

@@ -111,7 +111,8 @@ class MemoryWatcher:
     folders that are watched: one deleted and recreated, renamed away and back, mounted or unmounted, or
     an observer thread that stopped (watchdog stops an emitter whose folder was deleted and keeps running
     blind) makes it re-arm a fresh observer and call ``on_armed`` (default ``on_change(None)``) so the
-    caller resyncs what happened meanwhile. ``mode`` is ``"native"`` or ``"polling"`` once armed.
+    caller resyncs what happened meanwhile; ``on_state`` is called after every such change (armed or
+    waiting), before ``on_armed``. ``mode`` is ``"native"`` or ``"polling"`` once armed.
     """
 
     def __init__(
@@ -122,11 +123,13 @@ class MemoryWatcher:
         polling: bool | None = None,
         native_factory: ObserverFactory = Observer,
         on_armed: Callable[[], None] | None = None,
+        on_state: Callable[[], None] | None = None,
         check_seconds: float = CHECK_SECONDS,
     ) -> None:
         self.workspace = workspace
         self.on_change = on_change
         self.on_armed = on_armed
+        self.on_state = on_state
         self.force_polling = polling
         self.native_factory = native_factory
         self.check_seconds = check_seconds
@@ -186,6 +189,8 @@ class MemoryWatcher:
             self._arm()
             if self.armed:
                 self.rearms += 1
+        if self.on_state is not None:
+            self.on_state()
         if self.armed:
             (self.on_armed or (lambda: self.on_change(None)))()
         return True
