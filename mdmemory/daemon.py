@@ -143,6 +143,8 @@ def report_watcher(watch: AgentWatch, emit: Emit) -> None:
     event: dict[str, Any] = {"agent": watch.agent.id, "workspace": str(w.workspace.root)}
     if w.armed:
         event.update(event="watching", mode=w.mode, fallbackReason=w.fallback_reason, rearms=w.rearms)
+    elif w.waiting_for is None:
+        event.update(event="error", error=f"the file watcher could not be armed ({w.last_error}); retrying")
     else:
         event.update(
             event="waiting",

@@ -226,8 +226,9 @@ class Indexer:
         started = time.monotonic()
         report = SyncReport()
         indexed = self.store.files()
-        held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
         on_disk = self.workspace.discover()
+        # after discovery, so a folder that vanished during it counts as missing, not as emptied
+        held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
         report.files = len(on_disk)
         limit = self.settings.max_file_bytes
         for n, mf in enumerate(on_disk, start=1):

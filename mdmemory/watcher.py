@@ -184,7 +184,7 @@ class MemoryWatcher:
         with self._arming:
             if self._stopping.is_set():
                 return False
-            if self._current_identities() == self._identities and self._healthy():
+            if not self._needs_arming():
                 return False
             self._arm()
             if self.armed:
@@ -217,12 +217,14 @@ class MemoryWatcher:
             except Exception as exc:  # noqa: BLE001 - keep guarding; the state file reports it
                 self.last_error = f"{type(exc).__name__}: {exc}"
 
-    def _healthy(self) -> bool:
+    def _needs_arming(self) -> bool:
+        if self._current_identities() != self._identities:
+            return True  # a watched folder was replaced, removed or (re)appeared
+        if not self.armed:
+            return self.waiting_for is None  # not waiting for the workspace: the last arm failed, try again
         with self._lock:
             observer = self._observer
-        if observer is None:
-            return not self.armed
-        return observer.is_alive() and all(emitter.is_alive() for emitter in observer.emitters)
+        return observer is None or not (observer.is_alive() and all(e.is_alive() for e in observer.emitters))
 
     def _current_identities(self) -> dict[str, Identity]:
         root = self.workspace.root
@@ -238,11 +240,13 @@ class MemoryWatcher:
     def _arm(self) -> None:
         """(Re)build the observer for the folders as they are now; wait when the workspace is absent."""
         self._disarm()
+        self.waiting_for = None
         identities = self._current_identities()
         root = self.workspace.root
         if identities[str(root)] is None:
-            self._identities, self.armed, self.waiting_for = identities, False, str(root)
+            self._identities, self.waiting_for = identities, str(root)
             return
+        self.fallback_reason = None
         use_polling = self.force_polling
         if use_polling is None:
             fs = filesystem_type(root)
@@ -261,7 +265,7 @@ class MemoryWatcher:
             if use_polling:
                 self._start_observer(PollingObserver(timeout=POLL_INTERVAL_SECONDS), "polling")
         except (FileNotFoundError, NotADirectoryError):  # the workspace went away while arming
-            self._identities, self.armed, self.waiting_for = {}, False, str(root)
+            self._identities, self.waiting_for = {}, str(root)
             return
         self._identities, self.armed, self.waiting_for = identities, True, None
 
