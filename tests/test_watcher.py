@@ -323,3 +323,21 @@ def test_starts_waiting_for_a_missing_workspace_then_arms(
         live_watch_catches(h, ws, "first.md", "cormorant")
     finally:
         h.stop()
+
+
+def test_an_extra_paths_folder_that_appears_later_is_watched(
+    workspace: Path, tmp_path: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    share = tmp_path / "share"  # outside the workspace: no event in a watched folder announces it
+    write(workspace / "MEMORY.md", "x")
+    h = Harness(make_memory({"extraPaths": [str(share)]}), make_memory({"extraPaths": [str(share)]}), polling=False)
+    try:
+        write(share / "mounted.md", "the share came online with the narwhal")
+        note_is_searchable(h, f"{share}/mounted.md", "narwhal")
+        time.sleep(2 * GUARD + 0.5)
+        rearms = h.watcher.rearms
+        write(share / "later.md", "and later the beluga")
+        note_is_searchable(h, f"{share}/later.md", "beluga")
+        assert h.watcher.rearms == rearms == 1
+    finally:
+        h.stop()
