@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
-    p.add_argument("--force", action="store_true", help="rebuild the whole index")
+    p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")
+    p.add_argument("--prune", action="store_true", help="drop indexed files whose folder is missing")
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search memory (memory_search)")
@@ -108,7 +109,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
             bar.update(done - bar.n)
 
     try:
-        report = mem.sync(force=args.force, progress=progress)
+        report = mem.sync(force=args.force, progress=progress, prune=args.prune)
     finally:
         if bar is not None:
             bar.close()
@@ -124,6 +125,8 @@ def _format_index(r: dict[str, Any]) -> str:
         f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
     ]
     lines += [f"skipped {display_name(s['path'])}: {s['reason']}" for s in r["skipped"]]
+    if r.get("held"):
+        lines.append(f"kept {r['held']} indexed file(s) whose folder is missing (see `mdmemory status`)")
     lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
     return "\n".join(lines)
 

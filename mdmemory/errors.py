@@ -31,7 +31,15 @@ class InvalidArgumentError(MdMemoryError, ValueError):
 
 
 class WorkspaceError(MdMemoryError):
-    """A path is not an allowed memory file (traversal, symlink, outside the workspace...)."""
+    """A path is not an allowed memory file (traversal, symlink, outside the workspace...), or the
+    workspace itself is missing."""
+
+
+class SpecialFileError(WorkspaceError, OSError):
+    """A memory path is not a regular file with one link (a FIFO, a device, a socket, a hard link).
+
+    Also an ``OSError``, so code that skips unreadable files skips these too.
+    """
 
 
 class StoreError(MdMemoryError):

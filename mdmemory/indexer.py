@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
+from mdmemory import roots
 from mdmemory.chunker import Chunk, chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.errors import LockError, ProviderError, SyncCancelled
@@ -41,6 +42,7 @@ class SyncReport:
     from_cache: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
+    held: int = 0  # indexed files kept because their folder is missing (mdmemory.roots)
     rebuilt: bool = False
     seconds: float = 0.0
 
@@ -167,8 +169,13 @@ class Indexer:
         return bool(stored == current)
 
     # -- sync --------------------------------------------------------------------------------------
-    def sync(self, *, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
-        """Bring the index up to date. Holds the writer lock beside the database for the duration."""
+    def sync(
+        self, *, force: bool = False, progress: Progress | None = None, wait: float = 60.0, prune: bool = False
+    ) -> SyncReport:
+        """Bring the index up to date. Holds the writer lock beside the database for the duration.
+
+        ``prune`` (implied by ``force``) drops indexed files whose folder is missing (mdmemory.roots).
+        """
         lock = FileLock(str(self.lock_path))
         try:
             lock.acquire(timeout=wait)
@@ -178,16 +185,17 @@ class Indexer:
                 "wait for it to finish or stop it"
             ) from exc
         try:
-            return self._sync_locked(force=force, progress=progress)
+            return self._sync_locked(force=force, progress=progress, prune=prune or force)
         finally:
             lock.release()
 
-    def _sync_locked(self, *, force: bool, progress: Progress | None) -> SyncReport:
+    def _sync_locked(self, *, force: bool, progress: Progress | None, prune: bool = False) -> SyncReport:
         remove_orphans(self.store.path)
         self.store.refresh()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
+            roots.guard(self.workspace.missing_roots(), self.store.files(), prune=prune, rebuild=True)
             return self._rebuild(progress)
-        return self._update(progress)
+        return self._update(progress, prune)
 
     def _rebuild(self, progress: Progress | None) -> SyncReport:
         """Build a complete new index beside the live one, seeded from its embedding cache, then swap it in.
@@ -215,11 +223,13 @@ class Indexer:
         self.store.reopen()
         return report
 
-    def _update(self, progress: Progress | None) -> SyncReport:
+    def _update(self, progress: Progress | None, prune: bool = False) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
         indexed = self.store.files()
         on_disk = self.workspace.discover()
+        # after discovery, so a folder that vanished during it counts as missing, not as emptied
+        held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
         report.files = len(on_disk)
         limit = self.settings.max_file_bytes
         for n, mf in enumerate(on_disk, start=1):
@@ -238,7 +248,8 @@ class Indexer:
                 raise
             except (OSError, ValueError, UnicodeError) as exc:
                 report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
-        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)}
+        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)} | held  # never delete under a missing root
+        report.held = len(held)
         skipped = {s["path"] for s in report.skipped}
         for path in indexed:
             if path not in present or path in skipped:
@@ -350,6 +361,7 @@ class Indexer:
                 out.append((mf.rel, "new", mf.size))
             elif row.size != mf.size or row.mtime != mf.mtime:
                 out.append((mf.rel, "modified", mf.size))
+        present |= roots.kept(self.workspace.missing_roots(), indexed)  # kept by sync: not stale
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 

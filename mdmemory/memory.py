@@ -10,10 +10,11 @@ from datetime import date
 from typing import Any
 
 from mdmemory import agent as integration
+from mdmemory import roots
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, MemorySearchConfig, load_config
-from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
+from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled, WorkspaceError
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
@@ -93,16 +94,18 @@ class Memory:
         self._indexer = None
         return True
 
-    def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
+    def _sync(
+        self, force: bool = False, progress: Progress | None = None, wait: float = 60.0, prune: bool = False
+    ) -> SyncReport:
         self._follow_shared_state()
         try:
             try:
-                report = self.indexer.sync(force=force, progress=progress, wait=wait)
+                report = self.indexer.sync(force=force, progress=progress, wait=wait, prune=prune)
             except ProviderError as exc:
                 if not self._take_over(exc):
                     raise
                 report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
-        except (ProviderError, StoreError, OSError) as exc:
+        except (ProviderError, StoreError, WorkspaceError, OSError) as exc:
             self._record_error(exc)
             raise
         self._record_fallback()
@@ -167,14 +170,15 @@ class Memory:
         self.close()
 
     # -- operations --------------------------------------------------------------------------------
-    def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    def sync(self, force: bool = False, progress: Progress | None = None, prune: bool = False) -> dict[str, Any]:
         """Index new and changed memory files, drop removed ones. Returns the sync report.
 
+        Files under a missing folder are kept unless ``prune`` (or ``force``) says to drop them (mdmemory.roots).
         With ``memorySearch.enabled: false`` nothing is indexed: the report says ``disabled`` and why.
         """
         if not self.settings.enabled:
             return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
-        return self._sync(force=force, progress=progress).to_dict()
+        return self._sync(force=force, progress=progress, prune=prune).to_dict()
 
     def _disabled(self) -> str:
         return (
@@ -200,6 +204,9 @@ class Memory:
         if self.settings.sync.on_search:
             stale, more = self._sync_before_search()
             notes.extend(more)
+        missing = self.workspace.missing_roots()
+        if missing:
+            notes.extend(roots.warnings(missing, self.store.files()))
         provider = self.choice.provider
         vector = None
         if provider is not None and self.indexer.identity_matches():
@@ -270,7 +277,7 @@ class Memory:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
         if not self.settings.enabled:
             return {"path": path, "text": "", "disabled": True, "error": self._disabled()}
-        return get_file(self.workspace, path, from_line, lines)
+        return get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
 
     def status(self) -> dict[str, Any]:
         """Index state computed from the files on disk and the database, not from cached flags."""
@@ -290,7 +297,10 @@ class Memory:
                     f"{row.path}: {row.encoding_errors} invalid UTF-8 sequence(s) indexed as U+FFFD; "
                     "re-save the file as UTF-8"
                 )
-        for mf in self.workspace.discover():
+        scan = self.workspace.scan()
+        warnings.extend(roots.warnings(self.workspace.missing_roots(), files))
+        warnings.extend(s.warning for s in scan.special)
+        for mf in scan.files:
             try:
                 size = os.lstat(mf.abs).st_size
             except OSError:
@@ -358,6 +368,8 @@ class Memory:
             report = self._sync(wait=0)
         except LockError:
             return True, ["another process is indexing; results may be a few seconds old"]
+        except WorkspaceError as exc:
+            return True, [str(exc)]
         except ProviderError as exc:
             return True, [f"could not embed changed files; results may be stale: {exc}"]
         return False, [f"{e['path']}: {e['error']}" for e in report.errors]
@@ -369,7 +381,7 @@ class Memory:
         try:
             try:
                 other._sync(wait=0)
-            except (LockError, ProviderError, StoreError, SyncCancelled, OSError):
+            except (LockError, ProviderError, StoreError, SyncCancelled, WorkspaceError, OSError):
                 pass  # recorded in the index meta as lastError by _sync; status shows it
         finally:
             if other._store is not None:

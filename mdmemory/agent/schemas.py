@@ -38,7 +38,8 @@ GET_DESCRIPTION = (
     "memory_search), whole or a range of lines. Use it after memory_search to read around a hit: pass the "
     "result's path, from = startLine and lines = endLine - startLine + 1 (widen the range for more context). "
     "Read only the lines you need to keep your context small. Returns {path, text}; a memory file that does "
-    "not exist yet returns empty text, and a path outside the memory files returns an error."
+    "not exist yet returns empty text, and a path outside the memory files returns an error. A very large file "
+    "is cut at maxFileBytes: then truncated is true and note says so."
 )
 STATUS_DESCRIPTION = (
     "Report the state of the memory index (read-only): embedding provider and model, search mode, indexed "
@@ -132,6 +133,8 @@ GET_OUTPUT: dict[str, Any] = {
         "text": {"type": "string"},
         "disabled": {"type": "boolean"},
         "error": {"type": "string"},
+        "truncated": {"type": "boolean"},
+        "note": {"type": "string"},
     },
     "required": ["path", "text"],
 }
