@@ -246,6 +246,10 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if llm is not None:
                 llm.close()
 
+    def warm_up(self) -> None:
+        """Load the model now: a query's time budget does not count loading (see base.embed_query_within)."""
+        self.load()
+
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:
         return {
