@@ -248,7 +248,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     def warm_up(self) -> None:
         """Load the model now: a query's time budget does not count loading (see base.embed_query_within)."""
-        self.load()
+        if self._llm is None:  # read without the lock: a loaded model must not wait for a running batch
+            self.load()
 
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:

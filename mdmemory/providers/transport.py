@@ -60,7 +60,8 @@ class LoopThread:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         """Run ``coro`` on the loop; when ``timeout`` seconds pass, cancel it and raise ``TimeoutError``."""
         with self._lock:
-            loop = self._loop if self._loop is not None else self._start()
+            alive = self._loop is not None and self._thread is not None and self._thread.is_alive()
+            loop = self._loop if alive and self._loop is not None else self._start()
             future = asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, max(0.0, timeout)), loop)
         try:
             return future.result(max(0.0, timeout) + CANCEL_GRACE_SECONDS)
