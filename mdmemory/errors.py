@@ -46,6 +46,11 @@ class TransientProviderError(ProviderError):
         super().__init__(message)
 
 
+class InputRejected(ProviderError):
+    """The provider refused this input (too long, too large); other inputs may pass, so it is not a sign of an
+    outage and the circuit breaker does not count it."""
+
+
 class ProviderPaused(ProviderError):
     """The provider's circuit breaker is open: it failed recently, so calls are refused at once until ``until``.
 

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from mdmemory.config import load_config
-from mdmemory.errors import ProviderError
+from mdmemory.errors import InputRejected, ProviderError
 from mdmemory.memory import Memory
 from mdmemory.providers import deadline
-from mdmemory.providers.breaker import breaker_path
+from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.providers.remote import OpenAIEmbeddingProvider
@@ -315,6 +315,22 @@ def test_the_total_time_cap_holds_on_the_last_attempt(server: FakeOpenAIServer) 
     finally:
         p.close()
     assert elapsed < 1.5 + 0.3  # before: the last attempt could start at 1.4 s and run its full second
+
+
+def test_a_refused_input_does_not_count_against_the_provider(server: FakeOpenAIServer) -> None:
+    p = provider(server, timeout=5, max_retries=0)
+    p.breaker = CircuitBreaker(None, p.provider_key, p.id, p.model, BreakerPolicy(failures=1))
+    try:
+        server.enqueue(Fault.status_error(413, "input is too large to process"))
+        with pytest.raises(InputRejected, match="too large"):
+            p.embed_documents(["a very long note"])
+        assert p.breaker.status()["state"] == "closed"  # one bad input does not pause every query
+        server.enqueue(Fault.status_error(401, "bad key"))
+        with pytest.raises(ProviderError, match="HTTP 401"):
+            p.embed_query("a")
+        assert p.breaker.status()["state"] == "open"  # a rejected key fails every call: pause
+    finally:
+        p.close()
 
 
 @pytest.mark.parametrize("declared", [True, False], ids=["content-length", "no-length"])

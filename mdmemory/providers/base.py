@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdmemory.errors import ProviderError, TransientProviderError
+from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.providers import deadline
 from mdmemory.providers.breaker import CircuitBreaker
 from mdmemory.tokens import estimate_tokens, truncate_to_tokens
@@ -211,8 +211,9 @@ class EmbeddingProvider(ABC):
             with deadline.until(end):
                 vectors = self._attempts(batch, started, end)
         except ProviderError as exc:
-            if gate is not None and isinstance(exc, _OutOfTime) and exc.attempts == 0:
-                gate.released(probe)  # never tried: no news about the provider
+            neutral = isinstance(exc, InputRejected) or (isinstance(exc, _OutOfTime) and exc.attempts == 0)
+            if gate is not None and neutral:
+                gate.released(probe)  # an input refused, or never tried: no news about the provider
             elif gate is not None:
                 gate.failed(probe, str(exc))
             raise

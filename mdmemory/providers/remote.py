@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from mdmemory.errors import ProviderError, TransientProviderError
+from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider, RetryPolicy
 from mdmemory.providers.transport import (
@@ -376,7 +376,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 "OpenAI-compatible servers usually end in /v1)"
             )
         if status == 413 or "maximum" in lowered or "too long" in lowered or "too large" in lowered:
-            return ProviderError(
+            return InputRejected(
                 f"{detail}. The input or request is too large for this server: lower max_input_tokens, "
                 "max_batch_tokens or max_batch_size"
             )
