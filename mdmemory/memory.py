@@ -228,8 +228,8 @@ class Memory:
         warm-up (SDK import, model load), which cannot hang on the network and no budget counts."""
         try:
             provider = self.choice.provider
-            if provider is not None:
-                provider.warm_up()
+            if provider is not None and (provider.breaker is None or provider.breaker.status()["state"] != "open"):
+                provider.warm_up()  # not while paused: a CLI search then answers without importing the SDK
         except ProviderError:
             pass  # the embedding call reports it
         return time.monotonic() + self.settings.query.embed_timeout_ms / 1000
