@@ -246,6 +246,8 @@ def _format_status(s: dict[str, Any]) -> str:
     lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
     if s.get("fallback"):
         lines.append(f"fallback    from {s['fallback']['from']}: {s['fallback']['reason']}")
+    if (b := s.get("breaker")) and b["until"]:
+        lines.append(f"breaker     {b['state']} until {b['until']}: {b['reason']}")
     lines += [f"warning     {w}" for w in s["warnings"]]
     return "\n".join(lines)
 

@@ -61,6 +61,23 @@ class TransientProviderError(ProviderError):
         super().__init__(message)
 
 
+class InputRejected(ProviderError):
+    """The provider refused this input (too long, too large); other inputs may pass, so it is not a sign of an
+    outage and the circuit breaker does not count it."""
+
+
+class ProviderPaused(ProviderError):
+    """The provider's circuit breaker is open: it failed recently, so calls are refused at once until ``until``.
+
+    ``until`` is a Unix time; ``reason`` is the failure that opened the breaker (never holds a secret).
+    """
+
+    def __init__(self, message: str, until: float, reason: str) -> None:
+        self.until = until
+        self.reason = reason
+        super().__init__(message)
+
+
 class LockError(MdMemoryError):
     """Another process holds the writer lock for this index."""
 

@@ -14,8 +14,11 @@ from mdmemory import roots
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, MemorySearchConfig, load_config
-from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled, WorkspaceError
+from mdmemory.errors import LockError, ProviderError, ProviderPaused, StoreError, SyncCancelled, WorkspaceError
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
+from mdmemory.providers import deadline
+from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
 from mdmemory.store import Store
@@ -62,7 +65,15 @@ class Memory:
     def choice(self) -> ProviderChoice:
         if self._choice is None:
             self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
+        if self._choice.provider is not None and self._choice.provider.breaker is None:
+            self._choice.provider.breaker = self._breaker(self._choice.provider)
         return self._choice
+
+    def _breaker(self, provider: EmbeddingProvider) -> CircuitBreaker:
+        """The provider's circuit breaker on this index, shared with other processes (providers/breaker.py)."""
+        b = self.settings.breaker
+        policy = BreakerPolicy(b.failures, b.cool_down_seconds, b.max_cool_down_seconds)
+        return breaker_for(self.agent.store_path, provider.provider_key, provider.id, provider.model, policy)
 
     def _persisted_fallback(self) -> ProviderChoice | None:
         """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
@@ -83,6 +94,8 @@ class Memory:
         current = self.choice
         target = self.settings.fallback
         if target == "none" or target == current.name or current.fallback:
+            return False
+        if deadline.current() is not None:  # inside a search's time budget: the next sync switches and rebuilds
             return False
         try:
             provider = build(target, self.settings, self.agent.home, self.env)
@@ -200,9 +213,11 @@ class Memory:
         threshold = q.min_score if min_score is None else min_score
         notes: list[str] = []
         self.store.refresh()
+        until = self._embedding_deadline()
         stale = False
         if self.settings.sync.on_search:
-            stale, more = self._sync_before_search()
+            with deadline.until(until):  # catching up and the query embedding share the search's budget
+                stale, more = self._sync_before_search()
             notes.extend(more)
         missing = self.workspace.missing_roots()
         if missing:
@@ -210,10 +225,7 @@ class Memory:
         provider = self.choice.provider
         vector = None
         if provider is not None and self.indexer.identity_matches():
-            try:
-                vector = provider.embed_query(query)
-            except ProviderError as exc:
-                notes.append(f"query embedding failed, answered from keywords only: {exc}")
+            vector = self._embed_query(provider, query, until, notes)
         elif provider is not None:
             notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
         outcome = run_search(
@@ -236,6 +248,27 @@ class Memory:
         if notes:
             response["warnings"] = notes
         return response
+
+    def _embedding_deadline(self) -> float:
+        """When a search stops waiting for embeddings: ``query.embedTimeoutMs`` from now, after the one-time
+        warm-up (SDK import, model load), which cannot hang on the network and no budget counts."""
+        try:
+            provider = self.choice.provider
+            if provider is not None and (provider.breaker is None or provider.breaker.status()["state"] != "open"):
+                provider.warm_up()  # not while paused: a CLI search then answers without importing the SDK
+        except ProviderError:
+            pass  # the embedding call reports it
+        return time.monotonic() + self.settings.query.embed_timeout_ms / 1000
+
+    def _embed_query(self, provider: EmbeddingProvider, query: str, until: float, notes: list[str]) -> Any:
+        """The query vector, or None with a note saying why the search answers from keywords; back by ``until``."""
+        try:
+            return provider.embed_query_within(query, until)
+        except ProviderPaused as exc:
+            notes.append(f"query embedding skipped, answered from keywords only: {exc}")
+        except ProviderError as exc:
+            notes.append(f"query embedding failed, answered from keywords only: {exc}")
+        return None
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
@@ -345,6 +378,8 @@ class Memory:
         }
         if choice.fallback:
             out["fallback"] = choice.fallback
+        if provider is not None:
+            out["breaker"] = (provider.breaker or self._breaker(provider)).status()
         return out
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:
