@@ -10,7 +10,6 @@ dicts; the CLI prints them as JSON lines.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -21,8 +20,9 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import LockError
+from mdmemory.errors import LockError, StoreError
 from mdmemory.memory import Memory
+from mdmemory.statefile import write_state_file
 from mdmemory.sync import SyncService
 from mdmemory.watcher import MemoryWatcher
 from mdmemory.watchstate import state_path
@@ -38,6 +38,7 @@ class AgentWatch:
     service: SyncService
     watcher: MemoryWatcher
     started: float
+    state_error: str | None = None
 
     def write_state(self) -> None:
         state = {
@@ -50,10 +51,7 @@ class AgentWatch:
             "syncs": self.service.state.syncs,
             "lastError": self.service.state.last_error,
         }
-        path = state_path(self.agent)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, path)
+        write_state_file(state_path(self.agent), state)  # in place when the disk is full
 
 
 def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, polling: bool | None = None) -> AgentWatch:
@@ -67,6 +65,8 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
             f"another `mdmemory watch` is already running for agent {agent.id!r} (lock {lock.lock_file}); "
             "stop it first, or run this one for other agents with --agent"
         ) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot take the watch lock {lock.lock_file}: {exc}; make the index folder writable") from exc
     sync = agent.memory_search.sync
 
     def on_report(report: dict[str, Any]) -> None:
@@ -115,7 +115,8 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
         raise
     service.request_sync()
     watch = AgentWatch(agent, lock, service, watcher, time.time())
-    watch.write_state()
+    with contextlib.suppress(OSError):  # retried every heartbeat, which reports a failure
+        watch.write_state()
     emit(
         {
             "event": "watching",
@@ -131,7 +132,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
 def stop_agent(watch: AgentWatch) -> None:
     watch.watcher.stop()
     watch.service.stop()
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
         state_path(watch.agent).unlink()
     watch.lock.release()
 
@@ -161,7 +162,14 @@ def run(
                         watch.watcher.restart()
                     except Exception as exc:  # noqa: BLE001 - keep the other agents running and say why
                         emit({"event": "error", "agent": watch.agent.id, "error": f"restart failed: {exc}"})
-                watch.write_state()
+                try:
+                    watch.write_state()
+                except OSError as exc:  # a full or read-only disk: keep watching and syncing, say so once
+                    if str(exc) != watch.state_error:
+                        emit({"event": "error", "agent": watch.agent.id, "error": f"cannot write the state: {exc}"})
+                    watch.state_error = str(exc)
+                else:
+                    watch.state_error = None
     finally:
         for watch in watches:
             stop_agent(watch)
