@@ -187,7 +187,8 @@ def test_a_broken_index_is_an_error_result_not_an_exception(
     assert result["results"] == [] and result["error"]
     status = call_tool(mem, "memory_status")  # status still answers, and says what is wrong with the index
     assert "error" not in status and status["storeState"]["state"] == "error" and status["files"] is None
-    assert "index.sqlite" in status["storeState"]["message"] and "memorySearch.store.path" in status["storeState"]["message"]
+    message = status["storeState"]["message"]
+    assert "index.sqlite" in message and "memorySearch.store.path" in message
 
 
 class _Exploding(Memory):

@@ -23,8 +23,8 @@ from tests.conftest import REPO, write
 
 def leftovers(store_path: Path) -> list[str]:
     """Database files beside the store path (not the lock or the health file, which stay by design)."""
-    keep = (".lock", ".health.json")
-    return sorted(p.name for p in store_path.parent.iterdir() if p.name != store_path.name and not p.name.endswith(keep))
+    names = (p.name for p in store_path.parent.iterdir() if p.name != store_path.name)
+    return sorted(n for n in names if not n.endswith((".lock", ".health.json")))
 
 
 @pytest.fixture

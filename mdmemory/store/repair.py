@@ -22,7 +22,7 @@ from mdmemory.store.connection import remove_database
 from mdmemory.store.generations import live_file, remove_orphans
 from mdmemory.store.health import KEEP_CORRUPT, MAX_MESSAGE_CHARS, live_inode, read_health, update_health
 
-_CORRUPT = re.compile(r"\.corrupt-(\d{8}T\d{6}Z)(?:-(\d+))?$")
+_CORRUPT = re.compile(r"\.corrupt-(\d{8}T\d{6}Z)(?:-(\d+))?")
 
 
 def repair_corrupt(path: Path, reason: str, seen: int | None, *, wait: float) -> dict[str, Any]:
@@ -81,19 +81,22 @@ def move_aside(path: Path, *, keep: int = KEEP_CORRUPT) -> Path:
 
 def corrupt_copies(path: Path) -> list[Path]:
     """The corrupt databases moved aside for ``path``, oldest first."""
+    return [p for _, p in _copies(path)]
+
+
+def _copies(path: Path) -> list[tuple[tuple[str, int], Path]]:
     found = []
     for sibling in path.parent.glob(f"{path.name}.corrupt-*"):
-        m = _CORRUPT.search(sibling.name)
-        if m and sibling.name == f"{path.name}{m.group(0)}":
-            found.append((m.group(1), int(m.group(2) or 0), sibling))
-    return [p for *_, p in sorted(found)]
+        m = _CORRUPT.fullmatch(sibling.name[len(path.name) :])
+        if m:
+            found.append(((m.group(1), int(m.group(2) or 0)), sibling))
+    return sorted(found)
 
 
 def _free_name(path: Path) -> Path:
+    """``<name>.corrupt-<UTC time>``, with ``-N`` after the newest copy of the same second, so names sort by age."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while target.exists() or Path(f"{target}-wal").exists():
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
-    return target
+    same = [n for (when, n), _ in _copies(path) if when == stamp]
+    if not same:
+        return path.with_name(f"{path.name}.corrupt-{stamp}")
+    return path.with_name(f"{path.name}.corrupt-{stamp}-{max(same) + 1}")
