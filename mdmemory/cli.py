@@ -240,6 +240,8 @@ def _format_status(s: dict[str, Any]) -> str:
         built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")
         lines.insert(5, f"index       built by {built}")
     lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
+    said = {d["message"] for d in s.get("degraded", [])}
+    s = {**s, "warnings": [w for w in s.get("warnings", []) if w not in said]}  # once is loud enough
     for key, label, render in _STATUS_FIELDS:
         if s.get(key) not in (None, [], {}, ""):
             lines += [f"{label:<11} {text}" for text in render(s[key])]
@@ -285,7 +287,7 @@ _STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
     ("storeState", "store state", _store_state_lines),
     ("watcher", "watcher", _watcher_lines),
     ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
-    ("degraded", "degraded", lambda items: [f"{d['reason']}: {d['message']}" for d in items]),
+    ("degraded", "degraded", lambda items: [d["message"] for d in items]),
     ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
     ("pendingEmbeddings", "pending", _plain),
     ("breaker", "breaker", _plain),
