@@ -234,7 +234,7 @@ def _format_status(s: dict[str, Any]) -> str:
         f"{s['cacheEntries']} cached embeddings",
         f"last sync   {s['lastSync'] or 'never'}"
         + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
-        f"stale       {len(s['staleFiles'])} file(s)",
+        f"stale       {len(s['staleFiles'])} file(s)" if files is None else "stale       unknown",
     ]
     if s["indexProvider"] and (s["indexProvider"], s["indexModel"]) != (s["provider"], s["model"]):
         built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")

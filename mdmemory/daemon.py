@@ -82,6 +82,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "fromCache": report["from_cache"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
+                **({"repaired": report["repaired"]} if report.get("repaired") else {}),
                 "ms": round(report["seconds"] * 1000),
             }
         )

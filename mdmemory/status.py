@@ -57,14 +57,21 @@ def build_status(mem: Memory) -> dict[str, Any]:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
         mem.release_store()  # the next use opens it again: it may be repaired or writable by then
-    if choice.hint and choice.hint not in warnings:
+    if not mem.settings.enabled:
+        warnings.append(
+            f"memory search is disabled for agent {mem.agent.id!r} (memorySearch.enabled is false): "
+            "set it to true to index and search this agent's memory"
+        )
+    elif choice.hint and choice.hint not in warnings:
         warnings.append(choice.hint)
     if mem.config and mem.config.ignored_keys:
         warnings.append("config keys ignored (not mdmemory's): " + ", ".join(mem.config.ignored_keys))
     last_error = _newest(health.get("lastError"), mem.last_error, legacy_error)
     hybrid = mem.settings.query.hybrid.enabled
+    mode = ("hybrid" if hybrid else "vector") if provider is not None and matches else "keyword"
     out: dict[str, Any] = {
         "agent": mem.agent.id,
+        "enabled": mem.settings.enabled,
         "workspace": str(mem.workspace.root),
         "store": str(path),
         "storeState": _store_state(path, store, fault, health, last_error),
@@ -72,7 +79,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
         "requestedProvider": choice.requested,
         "model": provider.model if provider else None,
         "dims": index.pop("dims", None) or (provider.dims if provider else None),
-        "mode": ("hybrid" if hybrid else "vector") if provider is not None and matches else "keyword",
+        "mode": mode if mem.settings.enabled else "disabled",
         "degraded": _degraded(mem, choice, index, matches),
         **index,
         "lastError": _shown_error(last_error),
