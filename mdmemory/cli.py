@@ -19,6 +19,7 @@ from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
+from mdmemory.store.faults import human_size
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -128,6 +129,11 @@ def _format_index(r: dict[str, Any]) -> str:
     if r.get("held"):
         lines.append(f"kept {r['held']} indexed file(s) whose folder is missing (see `mdmemory status`)")
     lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
+    if r.get("repaired"):
+        lines.append(
+            f"repaired: the corrupt index was moved aside to {r['repaired']['path']} and rebuilt from the files"
+        )
+    lines += [f"warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
 
 
@@ -231,25 +237,88 @@ def cmd_model_convert(
 
 
 def _format_status(s: dict[str, Any]) -> str:
+    files = "unknown (the index cannot be read)" if s["files"] is None else None
     lines = [
         f"agent       {s['agent']}",
         f"workspace   {s['workspace']}",
         f"store       {s['store']}",
         f"provider    {s['provider']}"
         + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
+        + (f", requested {s['requestedProvider']}" if s["requestedProvider"] not in (s["provider"], "auto") else "")
         + f" · {s['mode']} search",
-        f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors",
+        f"indexed     {files}"
+        if files
+        else f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors, "
+        f"{s['cacheEntries']} cached embeddings",
         f"last sync   {s['lastSync'] or 'never'}"
         + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
-        f"stale       {len(s['staleFiles'])} file(s)",
+        f"stale       {len(s['staleFiles'])} file(s)" if files is None else "stale       unknown",
     ]
+    if s["indexProvider"] and (s["indexProvider"], s["indexModel"]) != (s["provider"], s["model"]):
+        built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")
+        lines.insert(5, f"index       built by {built}")
     lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
-    if s.get("fallback"):
-        lines.append(f"fallback    from {s['fallback']['from']}: {s['fallback']['reason']}")
-    if (b := s.get("breaker")) and b["until"]:
-        lines.append(f"breaker     {b['state']} until {b['until']}: {b['reason']}")
-    lines += [f"warning     {w}" for w in s["warnings"]]
+    said = {d["message"] for d in s.get("degraded", [])}
+    s = {**s, "warnings": [w for w in s.get("warnings", []) if w not in said]}  # once is loud enough
+    for key, label, render in _STATUS_FIELDS:
+        if s.get(key) not in (None, [], {}, ""):
+            lines += [f"{label:<11} {text}" for text in render(s[key])]
     return "\n".join(lines)
+
+
+def _store_state_lines(state: dict[str, Any]) -> list[str]:
+    head = state["state"] + (f": {state['message']}" if state.get("message") else "")
+    if state["state"] == "full" and state.get("freeBytes") is not None:
+        head += f" ({human_size(state['freeBytes'])} free now)"
+    moved = [f"corrupt index moved aside {m['at']} to {m['path']}, rebuilt from the files" for m in state["movedAside"]]
+    return [head, *moved]
+
+
+def _watcher_lines(w: dict[str, Any]) -> list[str]:
+    if w.get("running"):
+        line = f"running · {w.get('mode')} · pid {w.get('pid')}"
+        if w.get("since"):
+            line += f" · since {_iso(w['since'])}"
+        if w.get("fallbackReason"):
+            line += f" (polling because {w['fallbackReason']})"
+        if w.get("armed") is False:
+            line += f" · NOT watching: waiting for {w.get('waitingFor')} to exist"
+        elif w.get("rearms"):
+            line += f" · re-armed {w['rearms']} time(s)"
+        return [line] + ([f"its last sync failed: {w['lastError']}"] if w.get("lastError") else [])
+    if w.get("lastPid"):
+        return [f"not running (pid {w['lastPid']} last seen {_iso(w.get('lastHeartbeat') or 0)})"]
+    return ["not running (`mdmemory watch` keeps the index fresh)"]
+
+
+def _plain(value: Any) -> list[str]:
+    """Any other status value as text: a list item per line, a dict as key=value pairs."""
+    if isinstance(value, list):
+        return [t for item in value for t in _plain(item)]
+    if isinstance(value, dict):
+        return [", ".join(f"{k}={v}" for k, v in value.items() if v not in (None, "", [], {}))]
+    return [str(value)]
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(ts)))
+
+
+# Optional status fields, printed when present and not empty: (key, label, lines of text). One line per field.
+_STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
+    ("storeState", "store state", _store_state_lines),
+    ("watcher", "watcher", _watcher_lines),
+    ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
+    ("degraded", "degraded", lambda items: [d["message"] for d in items]),
+    ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
+    ("pendingEmbeddings", "pending", _plain),
+    (
+        "breaker",
+        "breaker",
+        lambda b: [] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
+    ),
+    ("warnings", "warning", lambda items: [str(w) for w in items]),
+]
 
 
 # -- entry point ---------------------------------------------------------------------------------------

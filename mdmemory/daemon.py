@@ -12,7 +12,6 @@ does not stop the daemon: the watcher waits for it, then arms and resyncs. Event
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -23,8 +22,9 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import LockError
+from mdmemory.errors import LockError, StoreError
 from mdmemory.memory import Memory
+from mdmemory.statefile import write_state_file
 from mdmemory.sync import SyncService
 from mdmemory.watcher import MemoryWatcher
 from mdmemory.watchstate import state_path
@@ -42,6 +42,7 @@ class AgentWatch:
     started: float
     reported: tuple[bool, str | None, int] | None = None  # (armed, waitingFor, rearms) last logged
     state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
+    state_error: str | None = None
 
     def write_state(self) -> None:
         state = {
@@ -53,11 +54,8 @@ class AgentWatch:
             "syncs": self.service.state.syncs,
             "lastError": self.service.state.last_error,
         }
-        path = state_path(self.agent)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
         with self.state_lock:
-            tmp.write_text(json.dumps(state))
-            os.replace(tmp, path)
+            write_state_file(state_path(self.agent), state)  # in place when the disk is full
 
 
 def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, polling: bool | None = None) -> AgentWatch:
@@ -71,6 +69,8 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
             f"another `mdmemory watch` is already running for agent {agent.id!r} (lock {lock.lock_file}); "
             "stop it first, or run this one for other agents with --agent"
         ) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot take the watch lock {lock.lock_file}: {exc}; make the index folder writable") from exc
     sync = agent.memory_search.sync
 
     def on_report(report: dict[str, Any]) -> None:
@@ -86,6 +86,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "fromCache": report["fromCache"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
+                **({"repaired": report["repaired"]} if report.get("repaired") else {}),
                 "ms": round(report["seconds"] * 1000),
             }
         )
@@ -121,12 +122,14 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
         raise
     service.request_sync()
     watch = AgentWatch(agent, lock, service, watcher, time.time())
-    watch.write_state()
+    with contextlib.suppress(OSError):  # retried every heartbeat, which reports a failure
+        watch.write_state()
     report_watcher(watch, emit)
 
     def on_state() -> None:  # the guard armed or lost the workspace: say so now, not at the next heartbeat
         report_watcher(watch, emit)
-        watch.write_state()
+        with contextlib.suppress(OSError):
+            watch.write_state()
 
     watcher.on_state = on_state
     return watch
@@ -157,7 +160,7 @@ def report_watcher(watch: AgentWatch, emit: Emit) -> None:
 def stop_agent(watch: AgentWatch) -> None:
     watch.watcher.stop()
     watch.service.stop()
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
         state_path(watch.agent).unlink()
     watch.lock.release()
 
@@ -188,7 +191,14 @@ def run(
                     except Exception as exc:  # noqa: BLE001 - keep the other agents running and say why
                         emit({"event": "error", "agent": watch.agent.id, "error": f"restart failed: {exc}"})
                 report_watcher(watch, emit)
-                watch.write_state()
+                try:
+                    watch.write_state()
+                except OSError as exc:  # a full or read-only disk: keep watching and syncing, say so once
+                    if str(exc) != watch.state_error:
+                        emit({"event": "error", "agent": watch.agent.id, "error": f"cannot write the state: {exc}"})
+                    watch.state_error = str(exc)
+                else:
+                    watch.state_error = None
     finally:
         for watch in watches:
             stop_agent(watch)

@@ -43,7 +43,17 @@ class SpecialFileError(WorkspaceError, OSError):
 
 
 class StoreError(MdMemoryError):
-    """The SQLite index cannot be opened or used (missing extension, corrupt file...)."""
+    """The SQLite index cannot be opened or used (missing extension, corrupt file...).
+
+    ``kind`` says what went wrong, so callers can react without parsing the message: ``full`` (no space
+    left), ``read-only`` (the file or folder cannot be written), ``corrupt`` (the file is damaged: rebuild
+    it from the memory files), ``foreign`` (not an mdmemory index: ``index --force`` moves it aside), ``schema``
+    (a schema version this process cannot use), ``io`` or ``error``.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error") -> None:
+        self.kind = kind
+        super().__init__(message)
 
 
 class ProviderError(MdMemoryError):

@@ -22,9 +22,9 @@ from tests.conftest import REPO, write
 
 
 def leftovers(store_path: Path) -> list[str]:
-    """Files beside the index besides it, its writer lock and its breaker state (providers/breaker.py)."""
-    state = (store_path.name, f"{store_path.name}.breaker.json")
-    return sorted(p.name for p in store_path.parent.iterdir() if p.name not in state and ".lock" not in p.name)
+    """Database files beside the store path (not the lock, the health or the breaker file, which stay by design)."""
+    names = (p.name for p in store_path.parent.iterdir() if p.name != store_path.name)
+    return sorted(n for n in names if not n.endswith((".lock", ".health.json", ".breaker.json")))
 
 
 @pytest.fixture
