@@ -186,6 +186,7 @@ def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, 
 
 def watch_main(args: argparse.Namespace) -> int:
     """Run the watch daemon until SIGINT/SIGTERM; every event is one JSON line on stdout."""
+    import queue
     import signal
     import threading
 
@@ -193,12 +194,19 @@ def watch_main(args: argparse.Namespace) -> int:
     from mdmemory.config import load_config
 
     stop = threading.Event()
-    lock = threading.Lock()
+    # Lines go through a reentrant queue to one writer thread: the signal handler below runs on the main
+    # thread, which may be inside emit() at that moment, so emit must never take a lock (a deadlock).
+    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def write_lines() -> None:
+        while (line := lines.get()) is not None:
+            print(line, flush=True)
+
+    writer = threading.Thread(target=write_lines, name="mdmemory-log", daemon=True)
+    writer.start()
 
     def emit(event: dict[str, Any]) -> None:
-        line = json.dumps({"ts": round(time.time(), 3), **event}, ensure_ascii=False)
-        with lock:
-            print(line, flush=True)
+        lines.put(json.dumps({"ts": round(time.time(), 3), **event}, ensure_ascii=False))
 
     def on_signal(signum: int, _frame: object) -> None:
         emit({"event": "stopping", "signal": signal.Signals(signum).name})
@@ -213,6 +221,9 @@ def watch_main(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_USAGE, True)
     except MdMemoryError as exc:
         return _fail(exc, EXIT_RUNTIME, True)
+    finally:
+        lines.put(None)
+        writer.join(10)
     return EXIT_OK
 
 
