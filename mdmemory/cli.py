@@ -133,7 +133,8 @@ def _format_search(r: dict[str, Any]) -> str:
         head += f" ({r['model']})"
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
-        out.append(f"\n{i}. {hit['path']}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
+        low = "  (low confidence)" if hit.get("lowConfidence") else ""
+        out.append(f"\n{i}. {hit['path']}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")

@@ -121,6 +121,7 @@ class HybridConfig:
 class QueryConfig:
     max_results: int = 6
     min_score: float = 0.35
+    low_confidence_results: int = 3  # when nothing reaches min_score, return up to this many, marked (0: none)
     keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
 
@@ -244,6 +245,7 @@ RANGES: dict[str, _Range] = {
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),
     "query.minScore": _Range(0, 1),
+    "query.lowConfidenceResults": _Range(0, 100),
     "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging
     "query.hybrid.textWeight": _Range(0),
     "query.hybrid.candidateMultiplier": _Range(1, 50),
