@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from mdmemory import __version__  # noqa: I001
+from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
-from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.display import display_name, display_text
+from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
@@ -40,6 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = _Parser(prog="mdmemory", description="Durable Markdown memory for AI agents.")
     parser.add_argument("--version", action="version", version=f"mdmemory {__version__}")
+    # The global options are accepted before the command too (`mdmemory --json status`). They get their own
+    # dests: a subcommand's defaults would otherwise overwrite them; main() merges the two.
+    parser.add_argument("--config", dest="global_config", metavar="CONFIG", help="config file, for any command")
+    parser.add_argument("--agent", dest="global_agent", metavar="AGENT", help="agent id, for any command")
+    parser.add_argument("--json", dest="global_json", action="store_true", help="print JSON, for any command")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
@@ -50,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--max-results", type=int, default=None, metavar="N")
     p.add_argument("--min-score", type=float, default=None, metavar="X")
-    p.set_defaults(func=cmd_search)
+    p.set_defaults(func=cmd_search, check=check_search)
 
     p = sub.add_parser("get", parents=[common], help="read a memory file or some of its lines (memory_get)")
     p.add_argument("path")
@@ -97,7 +104,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
 
         def progress(done: int, total: int, path: str) -> None:
             bar.total = total
-            bar.set_postfix_str(path[-40:], refresh=False)
+            bar.set_postfix_str(display_name(path)[-40:], refresh=False)
             bar.update(done - bar.n)
 
     try:
@@ -109,21 +116,27 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
 
 
 def _format_index(r: dict[str, Any]) -> str:
+    if r.get("disabled"):
+        return f"nothing indexed: {r['reason']}"
     lines = [
         f"{r['files']} files ({r['indexed']} indexed, {r['unchanged']} unchanged, {r['removed']} removed), "
-        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['from_cache']} from cache, "
+        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['fromCache']} from cache, "
         f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
     ]
-    lines += [f"skipped {s['path']}: {s['reason']}" for s in r["skipped"]]
-    lines += [f"error {e['path']}: {e['error']}" for e in r["errors"]]
+    lines += [f"skipped {display_name(s['path'])}: {s['reason']}" for s in r["skipped"]]
+    lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
     return "\n".join(lines)
 
 
+def check_search(args: argparse.Namespace) -> None:
+    """The memory_search tool's bounds, checked before the config or the index is opened."""
+    names = {"query": "QUERY", "maxResults": "--max-results", "minScore": "--min-score"}
+    args.query, args.max_results, args.min_score = check_search_arguments(
+        args.query, args.max_results, args.min_score, names
+    )
+
+
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
-    if args.max_results is not None and args.max_results < 1:
-        raise ConfigError("--max-results must be at least 1")
-    if args.min_score is not None and not 0 <= args.min_score <= 1:
-        raise ConfigError("--min-score must be between 0 and 1")
     return mem.search(args.query, max_results=args.max_results, min_score=args.min_score), _format_search
 
 
@@ -134,7 +147,8 @@ def _format_search(r: dict[str, Any]) -> str:
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
         low = "  (low confidence)" if hit.get("lowConfidence") else ""
-        out.append(f"\n{i}. {hit['path']}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}{low}")
+        where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
+        out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")
@@ -156,6 +170,8 @@ def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, 
 
     def fmt(r: dict[str, Any]) -> str:
         head = _format_index(r["sync"]) if r["sync"] else "sync on session start is off (sync.onSessionStart)"
+        if r["status"].get("enabled") is False:
+            head = "no sync: memory search is disabled (memorySearch.enabled is false)"
         return head + "\n" + _format_status(r["status"])
 
     return result, fmt
@@ -236,11 +252,13 @@ def _format_status(s: dict[str, Any]) -> str:
 # -- entry point ---------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = _merge_global_options(parser.parse_args(argv))
     as_json = getattr(args, "json", False)
     if getattr(args, "command_main", None) is not None:
         return int(args.command_main(args))
     try:
+        if getattr(args, "check", None) is not None:
+            args.check(args)
         if not getattr(args, "needs_memory", True):
             result, fmt = args.func(args, None)
         else:
@@ -249,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result, fmt = args.func(args, mem)
             finally:
                 mem.close()
-    except ConfigError as exc:
+    except (ConfigError, InvalidArgumentError) as exc:
         return _fail(exc, EXIT_USAGE, as_json)
     except MdMemoryError as exc:
         return _fail(exc, EXIT_RUNTIME, as_json)
@@ -259,19 +277,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         if as_json:
             print(json.dumps(result, ensure_ascii=False, indent=2))
         elif result.get("error"):
-            print(f"mdmemory: error: {result['error']}", file=sys.stderr)
-        else:
-            print(fmt(result))
+            print(f"mdmemory: error: {display_text(str(result['error']))}", file=sys.stderr)
+        else:  # text for a terminal: names and notes may hold escape sequences (JSON keeps them exact)
+            print(display_text(fmt(result)))
         sys.stdout.flush()
     except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_RUNTIME if result.get("error") else EXIT_OK
 
 
+def _merge_global_options(args: argparse.Namespace) -> argparse.Namespace:
+    """Apply ``--config/--agent/--json`` given before the command; the command's own take precedence."""
+    args.json = getattr(args, "json", False) or args.global_json
+    if getattr(args, "config", None) is None:
+        args.config = args.global_config
+    if args.global_agent is not None:
+        agent = getattr(args, "agent", None)
+        if isinstance(agent, list):  # watch: --agent may repeat, so both places add up
+            args.agent = [args.global_agent, *agent]
+        elif agent is None:
+            args.agent = args.global_agent
+    return args
+
+
 def _fail(exc: BaseException, code: int, as_json: bool) -> int:
     if as_json:
         print(json.dumps({"error": str(exc)}, ensure_ascii=False))
-    print(f"mdmemory: error: {exc}", file=sys.stderr)
+    print(f"mdmemory: error: {display_text(str(exc))}", file=sys.stderr)
     return code
 
 

@@ -79,7 +79,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "removed": report["removed"],
                 "chunks": report["chunks"],
                 "embedded": report["embedded"],
-                "fromCache": report["from_cache"],
+                "fromCache": report["fromCache"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
                 "ms": round(report["seconds"] * 1000),

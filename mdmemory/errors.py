@@ -23,6 +23,13 @@ class ConfigError(MdMemoryError):
         super().__init__(prefix + message)
 
 
+class InvalidArgumentError(MdMemoryError, ValueError):
+    """An argument of an API call or command is invalid (an empty query, ``max_results`` out of range...).
+
+    Also a ``ValueError``, so Python callers can catch it as one; the command line exits with code 2.
+    """
+
+
 class WorkspaceError(MdMemoryError):
     """A path is not an allowed memory file (traversal, symlink, outside the workspace...)."""
 

@@ -14,7 +14,7 @@ import numpy as np
 from filelock import FileLock, Timeout
 
 from mdmemory.chunker import Chunk, chunk_markdown
-from mdmemory.config import MemorySearchConfig
+from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.errors import LockError, ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, ChunkVectors, FileRow, Store, transaction
@@ -45,7 +45,8 @@ class SyncReport:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON shape, camelCase like every JSON mdmemory emits (``fromCache``)."""
+        return {camel(k): v for k, v in asdict(self).items()}
 
 
 def embedding_input(chunk: Chunk | ChunkRow) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 from mdmemory import agent as integration
 from mdmemory.agent import FlushDecision, SessionKind, clock
-from mdmemory.config import AgentConfig, Config, load_config
+from mdmemory.agent.schemas import check_search_arguments
+from mdmemory.config import AgentConfig, Config, MemorySearchConfig, load_config
 from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
 from mdmemory.providers.factory import ProviderChoice, build, choose
@@ -167,11 +168,29 @@ class Memory:
 
     # -- operations --------------------------------------------------------------------------------
     def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-        """Index new and changed memory files, drop removed ones. Returns the sync report."""
+        """Index new and changed memory files, drop removed ones. Returns the sync report.
+
+        With ``memorySearch.enabled: false`` nothing is indexed: the report says ``disabled`` and why.
+        """
+        if not self.settings.enabled:
+            return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
         return self._sync(force=force, progress=progress).to_dict()
 
+    def _disabled(self) -> str:
+        return (
+            f"memory search is disabled for agent {self.agent.id!r} (memorySearch.enabled is false): "
+            "set it to true to index and search this agent's memory"
+        )
+
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
-        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""
+        """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
+
+        Raises InvalidArgumentError (a ValueError) for an empty query, ``max_results`` outside 1-100 or
+        ``min_score`` outside 0-1: the bounds of the memory_search tool schema.
+        """
+        query, max_results, min_score = check_search_arguments(query, max_results, min_score)
+        if not self.settings.enabled:
+            return {"results": [], "disabled": True, "error": self._disabled()}
         q = self.settings.query
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
@@ -215,7 +234,7 @@ class Memory:
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
-        report = self._sync().to_dict() if self.settings.sync.on_session_start else None
+        report = self._sync().to_dict() if self.settings.sync.on_session_start and self.settings.enabled else None
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
@@ -251,6 +270,8 @@ class Memory:
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
+        if not self.settings.enabled:
+            return {"path": path, "text": "", "disabled": True, "error": self._disabled()}
         return get_file(self.workspace, path, from_line, lines)
 
     def status(self) -> dict[str, Any]:
@@ -284,20 +305,23 @@ class Memory:
                 )
         if last and last["report"].get("errors"):
             warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
-        if choice.hint:
+        if not self.settings.enabled:
+            warnings.append(self._disabled())
+        elif choice.hint:
             warnings.append(choice.hint)
         if self.config and self.config.ignored_keys:
             warnings.append("config keys ignored (not mdmemory's): " + ", ".join(self.config.ignored_keys))
         counts = store.counts()
         out: dict[str, Any] = {
             "agent": self.agent.id,
+            "enabled": self.settings.enabled,
             "workspace": str(self.workspace.root),
             "store": str(store.path),
             "provider": choice.name,
             "requestedProvider": choice.requested,
             "model": provider.model if provider else None,
             "dims": store.vec_dims() or (provider.dims if provider else None),
-            "mode": ("hybrid" if self.settings.query.hybrid.enabled else "vector") if provider else "keyword",
+            "mode": _mode(self.settings, provider is not None),
             "files": counts["files"],
             "chunks": counts["chunks"],
             "vectors": counts["vectors"],
@@ -352,6 +376,14 @@ class Memory:
         finally:
             if other._store is not None:
                 other._store.close()  # the provider is shared with this object: do not close it
+
+
+def _mode(settings: MemorySearchConfig, vectors: bool) -> str:
+    if not settings.enabled:
+        return "disabled"
+    if not vectors:
+        return "keyword"
+    return "hybrid" if settings.query.hybrid.enabled else "vector"
 
 
 def _expired(state: dict[str, Any]) -> bool:

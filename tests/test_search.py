@@ -10,7 +10,7 @@ import pytest
 
 from mdmemory.agent.schemas import SEARCH_OUTPUT, call_tool
 from mdmemory.config import load_config
-from mdmemory.errors import ConfigError
+from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory
 from mdmemory.search import (
     cjk_match,
@@ -82,6 +82,10 @@ def test_hostile_queries_raise_no_sql_error(notes: Path, make_memory: Callable[.
     mem = make_memory(provider=provider)
     mem.sync()
     for q in HOSTILE:
+        if not q.strip():  # a blank query is an argument error, like in the memory_search schema
+            with pytest.raises(InvalidArgumentError, match="query must not be empty"):
+                mem.search(q)
+            continue
         res = mem.search(q)
         assert isinstance(res["results"], list), q
         assert "error" not in res, q

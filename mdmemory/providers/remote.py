@@ -25,7 +25,6 @@ import ipaddress
 import logging
 import math
 import os
-import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -34,6 +33,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mdmemory.errors import ProviderError, TransientProviderError
 from mdmemory.providers.base import EmbeddingProvider, RetryPolicy
+from mdmemory.redact import SECRET_PATTERNS as _SECRET_PATTERNS
+from mdmemory.redact import is_secret_name
 from mdmemory.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -58,17 +59,7 @@ ESTIMATE_MARGIN = 4 / 3
 """Without tiktoken, assume ~3 characters per token instead of the estimate's 4, so truncated code, URLs
 and other token-dense text still fits the server's limit."""
 
-_SECRET_NAME = re.compile(r"auth|key|cookie|token|secret|passw|credential|session", re.IGNORECASE)
-_SECRET_PATTERNS = (
-    re.compile(r"(?i)(bearer\s+)[^\s\"',}]+"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
-)
 _MAX_QUOTED = 300
-
-
-def is_secret_name(name: str) -> bool:
-    """True for header or query names that may carry credentials (authorization, api-key, *token*...)."""
-    return _SECRET_NAME.search(name) is not None
 
 
 def display_url(url: str) -> str:

@@ -24,6 +24,7 @@ _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) li
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
 COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
+VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ class Store:
             return []
         query = np.asarray(query, dtype=np.float32)
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
-        want = int(k * min(per_chunk, 8) + 0.999)  # enough vectors to cover k distinct chunks
+        want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         if not self._has_bits() or self.vector_count() <= EXACT_KNN_MAX_ROWS:
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
@@ -271,7 +272,7 @@ class Store:
             ).fetchall()
             hits = [(int(r[2]), float(r[1])) for r in rows]
         else:
-            coarse = max(want * COARSE_FACTOR, COARSE_MIN)
+            coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
             ids = [
                 int(r[0])
                 for r in self.conn.execute(
