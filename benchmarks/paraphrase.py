@@ -111,6 +111,7 @@ def per_query(mem: Memory, before: Memory) -> list[dict[str, Any]]:
                 "second_share": round(ranked[1]["score"] / ranked[0]["score"], 3) if len(ranked) > 1 else None,
                 "before_first": bool(old) and holds(old[0], pair.path, line),
                 "after_first": bool(new["results"]) and holds(new["results"][0], pair.path, line),
+                "after_in": any(holds(r, pair.path, line) for r in new["results"]),
                 "after_count": len(new["results"]),
                 "after_low": sum(bool(r.get("lowConfidence")) for r in new["results"]),
             }
@@ -188,6 +189,7 @@ def print_report(report: dict[str, Any]) -> None:
         f"before {sum(r['before_first'] for r in first)}/{len(first)}, after {sum(r['after_first'] for r in first)}"
         f"/{len(first)}; fused score of the right note when first: {quantiles([r['score'] for r in first])}"
     )
+    print(f"right note among the default search's results: {sum(r['after_in'] for r in rows)}/{len(rows)}")
     shares = [r["second_share"] for r in first if r["second_share"] is not None]
     print(f"second/first score when the right note is first: {quantiles(shares)}")
     print(f"\n{'best':>6} {'2nd/1st':>7} before after  unanswerable question")

@@ -70,7 +70,7 @@ MAX_QUERY_TERMS = 64
 # When no candidate reaches minScore, the low-confidence results are those scoring at least this share of the
 # best one: a match that stands out comes back alone, while a query that matches nothing (a flat score
 # distribution) gets its lowConfidenceResults closest candidates. Measured with MiniLM: see the README.
-LOW_CONFIDENCE_SHARE = 0.8
+LOW_CONFIDENCE_SHARE = 0.7
 _WORD = re.compile(r"\w+", re.UNICODE)
 # A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
 _DAILY = re.compile(r"^memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
