@@ -254,8 +254,8 @@ RANGES: dict[str, _Range] = {
     "sync.watchDebounceMs": _Range(0, 600_000),
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),
-    "query.minScore": _Range(0, 1),
     "query.lowConfidenceResults": _Range(0, 100),
+    "query.minScore": _Range(0, 1),
     "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging
     "query.hybrid.textWeight": _Range(0),
     "query.hybrid.candidateMultiplier": _Range(1, 50),

@@ -8,7 +8,7 @@ from mdmemory.errors import WorkspaceError
 from mdmemory.search import SearchOutcome, make_snippet
 from mdmemory.workspace import Workspace, read_text
 
-RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")  # plus lowConfidence when true
+RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")
 
 
 def search_response(outcome: SearchOutcome, *, provider: str, model: str | None) -> dict[str, Any]:
