@@ -155,7 +155,9 @@ def _format_search(r: dict[str, Any]) -> str:
         head += f" ({r['model']})"
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
-        out.append(f"\n{i}. {display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
+        low = "  (low confidence)" if hit.get("lowConfidence") else ""
+        where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
+        out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")

@@ -123,6 +123,7 @@ class HybridConfig:
 class QueryConfig:
     max_results: int = 6
     min_score: float = 0.35
+    low_confidence_results: int = 3  # when nothing reaches min_score, return up to this many, marked (0: none)
     keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
     embed_timeout_ms: int = 2000  # a search waits at most this long for embeddings, then answers from keywords
@@ -264,6 +265,7 @@ RANGES: dict[str, _Range] = {
     "sync.watchDebounceMs": _Range(0, 600_000),
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),
+    "query.lowConfidenceResults": _Range(0, 100),
     "query.minScore": _Range(0, 1),
     "query.embedTimeoutMs": _Range(1, 600_000),
     "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging

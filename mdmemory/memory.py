@@ -366,7 +366,9 @@ class Memory:
             hybrid=q.hybrid,
             keyword_score=q.keyword_score,
             today=clock.day(self.agent),
+            low_confidence_results=q.low_confidence_results,
         )
+        notes.extend(outcome.notes)
         response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
         if self.choice.fallback:
             response["fallback"] = self.choice.fallback

@@ -25,6 +25,13 @@ Scoring rules (also in the README):
   query term (case- and accent-insensitive; CJK terms as substrings) is kept whatever its score. In
   keyword-only mode (no provider, or the query could not be embedded) every candidate literally contains
   a query term, so ``minScore`` is not applied at all.
+- ``minScore`` never empties an answer that has candidates: when no candidate reaches it, the best
+  ``lowConfidenceResults`` (default 3, at most ``maxResults``) of those scoring at least
+  ``LOW_CONFIDENCE_SHARE`` of the best score are returned anyway, each marked ``low_confidence``, with a
+  note saying that nothing reached ``minScore``. The top-ranked candidate is therefore always returned
+  (unless it scores 0: no similarity at all), whatever the model's cosine range; a query that matches
+  nothing gets a few results that are clearly marked, neither an empty list nor a confident-looking one.
+  Exact keyword hits kept by the rule above are not marked.
 """
 
 from __future__ import annotations
@@ -60,6 +67,10 @@ SNIPPET_CHARS = 700
 PRUNE_MIN_CHUNKS = 20_000
 PRUNE_FRACTION = 0.10
 MAX_QUERY_TERMS = 64
+# When no candidate reaches minScore, the low-confidence results are those scoring at least this share of the
+# best one: a match that stands out comes back alone, while a query that matches nothing (a flat score
+# distribution) gets its lowConfidenceResults closest candidates. Measured with MiniLM: see the README.
+LOW_CONFIDENCE_SHARE = 0.7
 _WORD = re.compile(r"\w+", re.UNICODE)
 # A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
 _DAILY = re.compile(r"^memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
@@ -71,6 +82,7 @@ class Hit:
     score: float
     vector_score: float | None = None
     text_score: float | None = None
+    low_confidence: bool = False  # returned only because no candidate reached minScore
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,7 @@ class SearchOutcome:
     hits: list[Hit]
     mode: str  # "hybrid", "vector" or "keyword"
     terms: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why the answer may be weaker than it looks
 
 
 # -- query building (pure) ---------------------------------------------------------------------------
@@ -209,6 +222,17 @@ def fuse_rrf(vec_ranked: Sequence[int], text_ranked: Sequence[int], wv: float, w
     return {rid: s / top for rid, s in scores.items()}
 
 
+def low_confidence_picks(scores: dict[int, float], limit: int, share: float = LOW_CONFIDENCE_SHARE) -> list[int]:
+    """The candidates to return when none reached minScore: at most ``limit`` of the best, each scoring at
+    least ``share`` of the best score, best first. The best is always one of them, unless ``limit`` is 0 or
+    it scores 0 (no similarity at all on either side)."""
+    ranked = sorted(scores, key=lambda rid: -scores[rid])[: max(0, limit)]
+    if not ranked or scores[ranked[0]] <= 0:
+        return []
+    floor = scores[ranked[0]] * share
+    return [rid for rid in ranked if scores[rid] >= floor]
+
+
 def log_date(path: str) -> date | None:
     """The date of a daily log from its workspace-relative path; None for MEMORY.md and undated files."""
     m = _DAILY.match(path.replace("\\", "/"))
@@ -323,9 +347,11 @@ def search(
     hybrid: HybridConfig,
     keyword_score: str = "coverage",
     today: date | None = None,
+    low_confidence_results: int = 3,
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
-    decay counts ages from (default: the machine's local date)."""
+    decay counts ages from (default: the machine's local date). When no candidate reaches ``min_score``,
+    up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     use_keywords = query_vector is None or hybrid.enabled
@@ -355,10 +381,19 @@ def search(
         mode = "hybrid"
         scores = fuse_weighted(vec_scores, text_scores, hybrid.vector_weight, hybrid.text_weight)
 
+    low: set[int] = set()
+    notes: list[str] = []
     if mode != "keyword":
         below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid)]
         exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
-        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact}
+        if scores and max(scores.values()) < min_score:
+            low = set(low_confidence_picks(scores, min(low_confidence_results, max_results))) - exact
+            if low:
+                notes.append(
+                    f"no result reached minScore {min_score:g}; the {len(low)} closest are shown with "
+                    "lowConfidence: true and may be unrelated: read them before relying on them"
+                )
+        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact or rid in low}
     decay, mmr = hybrid.temporal_decay, hybrid.mmr
     reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])
@@ -375,14 +410,14 @@ def search(
         chunk = chunks.get(rid)
         if chunk is None:
             continue
-        hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid)))
+        hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid), rid in low))
     hits.sort(key=lambda h: (-h.score, h.chunk.path, h.chunk.start_line))
     if mmr.enabled:
         by_id = {h.chunk.id: h for h in hits if h.chunk.id is not None}
         texts = {rid: h.chunk.text for rid, h in by_id.items()}
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
-    return SearchOutcome(hits[:max_results], mode, snippet_terms)
+    return SearchOutcome(hits[:max_results], mode, snippet_terms, notes)
 
 
 def _prune_common(store: Store, terms: list[str]) -> list[str]:

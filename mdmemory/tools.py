@@ -15,9 +15,14 @@ DEFAULT_MAX_BYTES = MemorySearchConfig.max_file_bytes  # Memory.get passes the c
 
 
 def search_response(outcome: SearchOutcome, *, provider: str, model: str | None) -> dict[str, Any]:
-    """``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, mode}``."""
-    results = [
-        {
+    """``{results: [{path, startLine, endLine, score, snippet, source[, lowConfidence]}], provider, model, mode}``.
+
+    ``lowConfidence: true`` marks a result returned only because no result reached minScore (the reason is
+    in ``outcome.notes``, which the caller reports as warnings).
+    """
+    results = []
+    for h in outcome.hits:
+        result: dict[str, Any] = {
             "path": h.chunk.path,
             "startLine": h.chunk.start_line,
             "endLine": h.chunk.end_line,
@@ -25,8 +30,9 @@ def search_response(outcome: SearchOutcome, *, provider: str, model: str | None)
             "snippet": make_snippet(h.chunk.text, outcome.terms, h.chunk.heading),
             "source": h.chunk.source,
         }
-        for h in outcome.hits
-    ]
+        if h.low_confidence:
+            result["lowConfidence"] = True
+        results.append(result)
     return {"results": results, "provider": provider, "model": model, "mode": outcome.mode}
 
 

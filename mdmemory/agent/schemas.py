@@ -30,8 +30,9 @@ SEARCH_DESCRIPTION = (
     "decisions, dates, people, preferences or to-dos, and before saying you do not know. Each result cites "
     "its source as path with startLine-endLine and has a relevance score (0-1) and a short snippet; cite "
     "path#Lstart-Lend when you use it. Snippets are excerpts: call memory_get with the path and line range "
-    "to read the full passage. No results means nothing relevant was stored; try other words, names or "
-    "dates, or a lower minScore."
+    "to read the full passage. When no result reaches minScore, the closest few still come back, each marked "
+    "lowConfidence: true, with a warning: they may be unrelated, so use one only if its text really answers "
+    "the question. No results means nothing stored matched; try other words, names or dates."
 )
 GET_DESCRIPTION = (
     "Read one of your memory files (MEMORY.md, memory/YYYY-MM-DD.md or another path returned by "
@@ -65,8 +66,9 @@ SEARCH_INPUT: dict[str, Any] = {
             "type": "number",
             "minimum": 0,
             "maximum": 1,
-            "description": "Lowest relevance score returned, 0 to 1 (default usually 0.35); lower it when "
-            "nothing comes back. Exact keyword matches are always kept.",
+            "description": "Lowest relevance score for a confident result, 0 to 1 (default usually 0.35). "
+            "Exact keyword matches are always kept; when nothing reaches it, the closest few come back marked "
+            "lowConfidence.",
         },
     },
     "required": ["query"],
@@ -111,6 +113,7 @@ SEARCH_OUTPUT: dict[str, Any] = {
                     "score": {"type": "number"},
                     "snippet": {"type": "string"},
                     "source": {"type": "string", "enum": ["memory", "extra"]},
+                    "lowConfidence": {"type": "boolean", "const": True},
                 },
                 "required": ["path", "startLine", "endLine", "score", "snippet", "source"],
             },
