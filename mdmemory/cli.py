@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
     p.add_argument("--force", action="store_true", help="rebuild the whole index")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the detached worker (mdmemory.worker)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search memory (memory_search)")
@@ -88,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    if args.worker:
+        from mdmemory import worker
+
+        return worker.run(mem), _format_index
     bar = None
     progress = None
     if not args.json and sys.stderr.isatty():
@@ -124,6 +129,7 @@ def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], C
         raise ConfigError("--max-results must be at least 1")
     if args.min_score is not None and not 0 <= args.min_score <= 1:
         raise ConfigError("--min-score must be between 0 and 1")
+    mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
     return mem.search(args.query, max_results=args.max_results, min_score=args.min_score), _format_search
 
 
@@ -220,7 +226,8 @@ def _format_status(s: dict[str, Any]) -> str:
         f"provider    {s['provider']}"
         + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
         + f" · {s['mode']} search",
-        f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors",
+        f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors"
+        + (f", {s['pendingEmbeddings']} chunk(s) waiting for embeddings" if s.get("pendingEmbeddings") else ""),
         f"last sync   {s['lastSync'] or 'never'}"
         + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
         f"stale       {len(s['staleFiles'])} file(s)",

@@ -80,6 +80,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "chunks": report["chunks"],
                 "embedded": report["embedded"],
                 "fromCache": report["from_cache"],
+                "pending": report["pending"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
                 "ms": round(report["seconds"] * 1000),

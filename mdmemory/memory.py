@@ -10,9 +10,10 @@ from datetime import date
 from typing import Any
 
 from mdmemory import agent as integration
+from mdmemory import catchup
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.config import AgentConfig, Config, load_config
-from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
+from mdmemory.errors import EmbeddingsPending, ProviderError, StoreError
 from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.search import search as run_search
@@ -21,13 +22,13 @@ from mdmemory.tools import get_file, search_response
 from mdmemory.watchstate import read_watch_state
 from mdmemory.workspace import Workspace
 
-SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering...
-SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much; larger changes sync in the background
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 
 
 class Memory:
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
+
+    background = "thread"  # work a search leaves behind: "thread" (long-lived processes) or "worker" (CLI)
 
     def __init__(
         self,
@@ -92,21 +93,43 @@ class Memory:
         self._indexer = None
         return True
 
-    def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
+    def _sync(
+        self,
+        force: bool = False,
+        progress: Progress | None = None,
+        wait: float = 60.0,
+        *,
+        embed: bool = True,
+        budget: float | None = None,
+    ) -> SyncReport:
+        """Sync (see ``Indexer.sync``); raises EmbeddingsPending when the text is indexed but embedding failed."""
         self._follow_shared_state()
         try:
             try:
-                report = self.indexer.sync(force=force, progress=progress, wait=wait)
+                report = self._sync_once(force, progress, wait, embed, budget)
             except ProviderError as exc:
-                if not self._take_over(exc):
+                if not self._take_over(ProviderError(exc.cause) if isinstance(exc, EmbeddingsPending) else exc):
                     raise
-                report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
+                report = self._sync_once(False, progress, wait, embed, budget)  # new identity: one atomic rebuild
         except (ProviderError, StoreError, OSError) as exc:
             self._record_error(exc)
             raise
         self._record_fallback()
-        if self.store.get_meta("lastError") is not None:
+        if report.pending == 0 and self.store.get_meta("lastError") is not None:
             self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
+        return report
+
+    def _sync_once(
+        self, force: bool, progress: Progress | None, wait: float, embed: bool, budget: float | None
+    ) -> SyncReport:
+        current = self.choice
+        # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
+        keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
+        report = self.indexer.sync(
+            force=force, progress=progress, wait=wait, embed=embed, budget=budget, keep_live=keep_live
+        )
+        if report.embed_error is not None:
+            raise EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
         return report
 
     def _record_error(self, exc: BaseException) -> None:
@@ -188,8 +211,9 @@ class Memory:
                 vector = provider.embed_query(query)
             except ProviderError as exc:
                 notes.append(f"query embedding failed, answered from keywords only: {exc}")
-        elif provider is not None:
-            notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
+        elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
+            stored = self.store.get_meta("identity") or {}
+            notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
         outcome = run_search(
             self.store,
             query,
@@ -284,6 +308,8 @@ class Memory:
             warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
         if choice.hint:
             warnings.append(choice.hint)
+        if self._choice is not None:  # the provider could be built: compare the index with what it would write
+            warnings.extend(catchup.status_notes(self, Indexer(store, self.workspace, self.settings, provider)))
         if self.config and self.config.ignored_keys:
             warnings.append("config keys ignored (not mdmemory's): " + ", ".join(self.config.ignored_keys))
         counts = store.counts()
@@ -299,6 +325,7 @@ class Memory:
             "files": counts["files"],
             "chunks": counts["chunks"],
             "vectors": counts["vectors"],
+            "pendingEmbeddings": store.pending_count(),
             "cacheEntries": counts["cacheEntries"],
             "indexProvider": identity.get("provider"),
             "indexModel": identity.get("model"),
@@ -307,6 +334,7 @@ class Memory:
             "staleFiles": Indexer(store, self.workspace, self.settings, provider).stale_files(),
             "lastError": store.get_meta("lastError"),
             "watcher": read_watch_state(self.agent),
+            "worker": catchup.worker_state(self),
             "warnings": warnings,
         }
         if choice.fallback:
@@ -314,42 +342,8 @@ class Memory:
         return out
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:
-        """Catch up before answering: a small change is synced now, a large one in the background.
-
-        Returns (stale, notes). Never rebuilds the index and never waits for another writer.
-        """
-        if self.store.get_meta("identity") is not None and not self.indexer.identity_matches():
-            return False, []
-        changed = self.indexer.changed_files()
-        if not changed:
-            return False, []
-        if self._background is not None and self._background.is_alive():
-            return True, ["a sync is running in the background; results may be a few seconds old"]
-        size = sum(n for _, _, n in changed)
-        if len(changed) > SMALL_CHANGE_FILES or size > SMALL_CHANGE_BYTES:
-            self._background = threading.Thread(target=self._background_sync, name="mdmemory-search-sync", daemon=True)
-            self._background.start()
-            return True, [f"{len(changed)} changed file(s) are being indexed in the background"]
-        try:
-            report = self._sync(wait=0)
-        except LockError:
-            return True, ["another process is indexing; results may be a few seconds old"]
-        except ProviderError as exc:
-            return True, [f"could not embed changed files; results may be stale: {exc}"]
-        return False, [f"{e['path']}: {e['error']}" for e in report.errors]
-
-    def _background_sync(self) -> None:
-        """A sync on its own connection, so this object's connection keeps serving searches."""
-        other = Memory(self.agent, self.config, choice=self.choice, env=self.env)
-        other.should_stop = self._closing.is_set
-        try:
-            try:
-                other._sync(wait=0)
-            except (LockError, ProviderError, StoreError, SyncCancelled, OSError):
-                pass  # recorded in the index meta as lastError by _sync; status shows it
-        finally:
-            if other._store is not None:
-                other._store.close()  # the provider is shared with this object: do not close it
+        """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
+        return catchup.before_search(self)
 
 
 def _expired(state: dict[str, Any]) -> bool:

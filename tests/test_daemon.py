@@ -152,15 +152,21 @@ def test_provider_outage_is_retried_while_keyword_search_works(workspace: Path, 
         cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
         with Memory(load_config(cfg).agent()) as mem:
             mem.sync()
-        server.enqueue(Fault.server_error(), Fault.server_error())
+        server.enqueue(*[Fault.server_error()] * 4)  # two failed syncs: the first retry comes 2 s later, then 4 s
         write(workspace / "memory" / "2026-07-01.md", "the outage note about the heron")
         d = Daemon(cfg)
         try:
             error = d.wait_for(lambda e: e["event"] == "error" and "retryInSeconds" in e)
-            assert error["retryInSeconds"] >= 1
-            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile
+            assert error["retryInSeconds"] >= 1 and "waiting for embeddings" in error["error"]
+            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile...
                 assert reader.search("gate code")["results"][0]["path"] == "MEMORY.md"
+                # ...and the note written during the outage is already found by its keywords
+                assert reader.search("outage heron")["results"][0]["path"] == "memory/2026-07-01.md"
+                assert reader.status()["pendingEmbeddings"] == 1
             recovered = d.wait_for(lambda e: e["event"] == "sync" and e["embedded"] >= 1, timeout=30)
-            assert recovered["indexed"] >= 1
+            assert recovered["pending"] == 0
+            with Memory(load_config(cfg).agent()) as reader:
+                status = reader.status()
+                assert status["pendingEmbeddings"] == 0 and status["vectors"] == status["chunks"] == 2
         finally:
             assert d.stop() == 0
