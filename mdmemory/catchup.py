@@ -75,7 +75,7 @@ def _leftover_note(mem: Memory, deferred: int, pending: int) -> str:
         parts.append(f"{what}; they are being embedded by {who}" if not deferred else what)
     error = mem.store.get_meta("lastError")
     if pending and error:
-        parts.append(f"last embedding error: {error['error']}")
+        parts.append(f"last error: {error['error']}")
     return "; ".join(parts)
 
 

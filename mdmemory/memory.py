@@ -134,7 +134,12 @@ class Memory:
 
     def _record_error(self, exc: BaseException) -> None:
         try:
-            self.store.set_meta("lastError", {"at": time.time(), "error": f"{type(exc).__name__}: {exc}"})
+            error = (
+                f"embedding failed: {exc.cause}"
+                if isinstance(exc, EmbeddingsPending)
+                else f"{type(exc).__name__}: {exc}"
+            )
+            self.store.set_meta("lastError", {"at": time.time(), "error": error})
         except Exception:  # noqa: BLE001 - recording must never hide the original error
             pass
 
