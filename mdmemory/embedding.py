@@ -102,35 +102,46 @@ class ChunkEmbedder:
         self.store = store
         self.provider = provider
         self.settings = settings
-        self._memo: dict[int, Inputs] = {}  # inputs of chunks marked pending by this process, by chunk id
+        # chunks this process marked pending, by id: their inputs and the vectors known for some of them
+        self._memo: dict[int, tuple[Inputs, dict[str, np.ndarray]]] = {}
+        self._last: list[tuple[Inputs, dict[str, np.ndarray]] | None] = []
 
     def inputs(self, chunk: Chunk | ChunkRow) -> Inputs:
         window = self.settings.chunking.window_tokens
         count = self.provider.count_tokens if window else None
         return [(sha256(t), t) for t in embedding_inputs(chunk, window, count)]
 
-    def known_vectors(self, rows: Sequence[ChunkRow], counts: Counts) -> tuple[list[ChunkVectors | None], list[Inputs]]:
+    def known_vectors(self, rows: Sequence[ChunkRow], counts: Counts) -> list[ChunkVectors | None]:
         """Each chunk's vectors when every one of its inputs was embedded before (cache or index), else None.
 
-        Never calls the provider. Returns the vectors and each chunk's inputs (for ``remember``).
+        Never calls the provider. Call ``remember`` with the new chunk ids once the rows are written.
         """
         keyed = [self.inputs(r) for r in rows]
-        known = self._lookup([h for group in keyed for h, _ in group], counts)
+        known = self._lookup([h for group in keyed for h, _ in group])
         out: list[ChunkVectors | None] = []
+        self._last = []
         for group in keyed:
             keys = [h for h, _ in group]
             if all(h in known for h in keys):
                 out.append((keys, np.stack([known[h] for h in keys])))
                 counts.from_cache += len(keys)
+                self._last.append(None)
             else:
                 out.append(None)
-        return out, keyed
+                self._last.append((group, {h: known[h] for h in keys if h in known}))
+        return out
 
-    def remember(self, ids: Sequence[int], vectors: Sequence[ChunkVectors | None], keyed: Sequence[Inputs]) -> None:
-        """Keep the inputs of chunks just written as pending, so phase 2 need not recount their windows."""
-        for cid, cv, group in zip(ids, vectors, keyed, strict=True):
-            if cv is None:
-                self._memo[cid] = group
+    def remember(self, ids: Sequence[int]) -> None:
+        """Keep what phase 1 learnt about the chunks it just wrote as pending (their inputs and the vectors
+        already known for some of them), so phase 2 need not recount windows or look them up again."""
+        for cid, learnt in zip(ids, self._last, strict=True):
+            if learnt is not None:
+                self._memo[cid] = learnt
+        self._last = []
+
+    def forget(self) -> None:
+        """Drop what ``remember`` kept (at the end of a sync; the chunks stay pending in the index)."""
+        self._memo.clear()
 
     def embed_pending(self, counts: Counts, should_stop: Callable[[], bool] | None = None) -> str | None:
         """Embed every pending chunk, one transaction per batch. Returns the provider's error, if one stopped it.
@@ -144,27 +155,36 @@ class ChunkEmbedder:
                 return None
             after = page[-1].id or after
             batch: list[tuple[ChunkRow, Inputs]] = []
+            seen: dict[str, np.ndarray] = {}
             size = 0
             for chunk in page:
-                group = self._memo.pop(chunk.id, None) if chunk.id is not None else None
-                if group is None or group[0][0] != chunk.embed_hash:
+                learnt = self._memo.pop(chunk.id, None) if chunk.id is not None else None
+                if learnt is not None and learnt[0][0][0] == chunk.embed_hash:
+                    group, known = learnt
+                    seen.update(known)
+                else:
                     group = self.inputs(chunk)
                 batch.append((chunk, group))
                 size += len(group)
                 if size >= EMBED_BATCH_INPUTS:
-                    if (error := self._embed_batch(batch, counts, should_stop)) is not None:
+                    if (error := self._embed_batch(batch, seen, counts, should_stop)) is not None:
                         return error
-                    batch, size = [], 0
-            if batch and (error := self._embed_batch(batch, counts, should_stop)) is not None:
+                    batch, seen, size = [], {}, 0
+            if batch and (error := self._embed_batch(batch, seen, counts, should_stop)) is not None:
                 return error
 
     def _embed_batch(
-        self, batch: list[tuple[ChunkRow, Inputs]], counts: Counts, should_stop: Callable[[], bool] | None
+        self,
+        batch: list[tuple[ChunkRow, Inputs]],
+        seen: dict[str, np.ndarray],
+        counts: Counts,
+        should_stop: Callable[[], bool] | None,
     ) -> str | None:
         if should_stop is not None and should_stop():
             raise SyncCancelled(f"embedding for {self.store.path} stopped; the rest stays pending for the next sync")
         texts = dict(pair for _, group in batch for pair in group)
-        known = self._lookup(list(texts), counts)
+        known = dict(seen)
+        known.update(self._lookup([h for h in texts if h not in known]))
         todo = [h for h in texts if h not in known]
         counts.from_cache += len(texts) - len(todo)
         if todo:
@@ -185,7 +205,7 @@ class ChunkEmbedder:
         self.store.add_vectors(items)
         return None
 
-    def _lookup(self, hashes: list[str], counts: Counts) -> dict[str, np.ndarray]:
+    def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
         """Vectors already embedded for these input hashes: the cache first, then the index itself."""
         p = self.provider
         unique = list(dict.fromkeys(hashes))

@@ -156,8 +156,12 @@ class Indexer:
         finally:
             lock.release()
         if not report.rebuilt:  # a rebuild embedded its new generation before the swap
-            if embed:
-                self._embed_phase(report)
+            try:
+                if embed:
+                    self._embed_phase(report)
+            finally:
+                if self.embedder is not None:
+                    self.embedder.forget()
             report.pending = self.store.pending_count()
             report.seconds = round(time.monotonic() - started, 3)
             self._record(report)
@@ -316,11 +320,11 @@ class Indexer:
             ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading, c.text)
             for c in chunks
         ]
-        vectors, keyed = self.embedder.known_vectors(rows, report) if self.embedder else (None, [])
+        vectors = self.embedder.known_vectors(rows, report) if self.embedder else None
         file_row = FileRow(mf.rel, mf.source, digest, mtime, size, replaced)
         ids = self.store.replace_file(file_row, rows, vectors)
-        if self.embedder is not None and vectors is not None:
-            self.embedder.remember(ids, vectors, keyed)
+        if self.embedder is not None:
+            self.embedder.remember(ids)
         report.indexed += 1
         report.chunks += len(rows)
 
