@@ -121,6 +121,10 @@ def _format_index(r: dict[str, Any]) -> str:
     ]
     lines += [f"skipped {s['path']}: {s['reason']}" for s in r["skipped"]]
     lines += [f"error {e['path']}: {e['error']}" for e in r["errors"]]
+    if r.get("pending"):
+        lines.append(f"{r['pending']} chunk(s) waiting for embeddings (found by keywords meanwhile)")
+    if r.get("deferred"):
+        lines.append(f"{r['deferred']} changed file(s) left for the next sync")
     return "\n".join(lines)
 
 
@@ -233,6 +237,8 @@ def _format_status(s: dict[str, Any]) -> str:
         f"stale       {len(s['staleFiles'])} file(s)",
     ]
     lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
+    if s.get("worker"):
+        lines.append(f"worker      pid {s['worker']['pid']} ({s['worker']['purpose']}) in the background")
     if s.get("fallback"):
         lines.append(f"fallback    from {s['fallback']['from']}: {s['fallback']['reason']}")
     lines += [f"warning     {w}" for w in s["warnings"]]

@@ -195,7 +195,11 @@ class Memory:
 
     # -- operations --------------------------------------------------------------------------------
     def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-        """Index new and changed memory files, drop removed ones. Returns the sync report."""
+        """Index new and changed memory files, drop removed ones. Returns the sync report.
+
+        Raises EmbeddingsPending (a ProviderError) when the text was indexed but the provider failed
+        before every chunk was embedded; its ``report`` is the sync report, and the next sync embeds them.
+        """
         return self._sync(force=force, progress=progress).to_dict()
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
@@ -242,7 +246,12 @@ class Memory:
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
-        report = self._sync().to_dict() if self.settings.sync.on_session_start else None
+        report = None
+        if self.settings.sync.on_session_start:
+            try:
+                report = self._sync().to_dict()
+            except EmbeddingsPending as exc:  # the text is indexed; status shows what waits for embeddings
+                report = exc.report
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
