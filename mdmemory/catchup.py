@@ -17,6 +17,7 @@ Every warning names who is doing the work, so none promises work that will not h
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import worker
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering, embeddings included...
 SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much
 SEARCH_BUDGET_SECONDS = 1.0  # for a larger change, a search indexes text for this long, then leaves the rest
+RECENT_FAILURE_SECONDS = 60.0  # after a failed embedding, searches leave embedding to the background this long
 _IDENTITY_GROUPS = (
     ("provider", "model"),
     ("dims",),
@@ -49,8 +51,9 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
     changed = mem.indexer.changed_files()
     if changed:
         small = len(changed) <= SMALL_CHANGE_FILES and sum(n for _, _, n in changed) <= SMALL_CHANGE_BYTES
+        embed = small and not _failing(mem)  # while the provider fails, a search does not wait for it again
         try:
-            report = mem._sync(wait=0, embed=small, budget=None if small else SEARCH_BUDGET_SECONDS).to_dict()
+            report = mem._sync(wait=0, embed=embed, budget=None if small else SEARCH_BUDGET_SECONDS).to_dict()
         except LockError:
             return True, [f"another process{_busy(mem)} is indexing; results may be a few seconds old"]
         except EmbeddingsPending as exc:
@@ -90,14 +93,18 @@ def start(mem: Memory, purpose: str) -> str:
                 "start) or stop it and run `mdmemory index`"
             )
         return f"`mdmemory watch` (pid {pid})"
-    if mem.background == "worker" and mem.config is not None:
+    info = worker.running(mem.agent.store_path)
+    if info is None and mem.background == "worker" and mem.config is not None:
         try:
             info = worker.spawn(mem.agent, mem.config.source, purpose, dict(mem.env))
         except (OSError, MdMemoryError) as exc:
             return f"no one (a background worker could not start: {exc}; run `mdmemory index`)"
-        if purpose == "rebuild":
+    if info is not None:
+        if purpose != "rebuild":
+            return f"a background worker (pid {info.pid})"
+        if info.purpose == "rebuild":
             return f"rebuilding (pid {info.pid})"
-        return f"a background worker (pid {info.pid})"
+        return f"waiting for the background worker (pid {info.pid}) to finish; a search after that starts the rebuild"
     thread = mem._background
     if thread is None or not thread.is_alive():
         thread = threading.Thread(target=_background_sync, args=(mem,), name="mdmemory-search-sync", daemon=True)
@@ -127,6 +134,13 @@ def worker_state(mem: Memory) -> dict[str, Any] | None:
     """The background worker process indexing this agent, if one runs: ``{pid, purpose, started}``."""
     info = worker.running(mem.agent.store_path)
     return info.to_dict() if info is not None else None
+
+
+def _failing(mem: Memory) -> bool:
+    """Whether the last sync failed to embed less than ``RECENT_FAILURE_SECONDS`` ago (any process)."""
+    error = mem.store.get_meta("lastError") or {}
+    recent = time.time() - float(error.get("at", 0)) < RECENT_FAILURE_SECONDS
+    return recent and "pending" in error  # recorded by Memory._sync for EmbeddingsPending
 
 
 def _busy(mem: Memory) -> str:

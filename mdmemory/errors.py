@@ -68,6 +68,6 @@ class EmbeddingsPending(ProviderError):
         self.cause = cause
         self.report = report
         super().__init__(
-            f"{pending} chunk(s) are waiting for embeddings: {cause.rstrip('. ')}. Their text is indexed and found by keyword "
-            "search meanwhile; the next sync embeds them once the provider answers"
+            f"{pending} chunk(s) are waiting for embeddings: {cause.rstrip('. ')}. Their text is indexed and found "
+            "by keyword search meanwhile; the next sync embeds them once the provider answers"
         )

@@ -134,12 +134,10 @@ class Memory:
 
     def _record_error(self, exc: BaseException) -> None:
         try:
-            error = (
-                f"embedding failed: {exc.cause}"
-                if isinstance(exc, EmbeddingsPending)
-                else f"{type(exc).__name__}: {exc}"
-            )
-            self.store.set_meta("lastError", {"at": time.time(), "error": error})
+            error: dict[str, Any] = {"at": time.time(), "error": f"{type(exc).__name__}: {exc}"}
+            if isinstance(exc, EmbeddingsPending):  # the text is indexed: say what failed and how much waits
+                error.update(error=f"embedding failed: {exc.cause}", pending=exc.pending)
+            self.store.set_meta("lastError", error)
         except Exception:  # noqa: BLE001 - recording must never hide the original error
             pass
 
