@@ -100,17 +100,21 @@ def start(mem: Memory, purpose: str) -> str:
         except (OSError, MdMemoryError) as exc:
             return f"no one (a background worker could not start: {exc}; run `mdmemory index`)"
     if info is not None:
-        if purpose != "rebuild":
-            return f"a background worker (pid {info.pid})"
-        if info.purpose == "rebuild":
-            return f"rebuilding (pid {info.pid})"
-        return f"waiting for the background worker (pid {info.pid}) to finish; a search after that starts the rebuild"
+        return _worker_doing(info, purpose)
     thread = mem._background
     if thread is None or not thread.is_alive():
         thread = threading.Thread(target=_background_sync, args=(mem,), name="mdmemory-search-sync", daemon=True)
         mem._background = thread
         thread.start()
     return "rebuilding in the background" if purpose == "rebuild" else "a background sync in this process"
+
+
+def _worker_doing(info: worker.WorkerInfo, purpose: str) -> str:
+    if purpose != "rebuild":
+        return f"a background worker (pid {info.pid})"
+    if info.purpose == "rebuild":
+        return f"rebuilding (pid {info.pid})"
+    return f"waiting for the background worker (pid {info.pid}) to finish; a search after that starts the rebuild"
 
 
 def status_notes(mem: Memory, indexer: Indexer) -> list[str]:
@@ -120,7 +124,7 @@ def status_notes(mem: Memory, indexer: Indexer) -> list[str]:
         return []
     info = worker.running(mem.agent.store_path)
     if info is not None:
-        action = f"rebuilding (pid {info.pid})"
+        action = _worker_doing(info, "rebuild")
     elif mem._background is not None and mem._background.is_alive():
         action = "rebuilding in the background"
     elif mem.settings.sync.on_search:
