@@ -192,13 +192,14 @@ class Memory:
         self.close()
 
     # -- operations --------------------------------------------------------------------------------
-    def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    def sync(self, force: bool = False, progress: Progress | None = None, *, embed: bool = True) -> dict[str, Any]:
         """Index new and changed memory files, drop removed ones. Returns the sync report.
 
         Raises EmbeddingsPending (a ProviderError) when the text was indexed but the provider failed
         before every chunk was embedded; its ``report`` is the sync report, and the next sync embeds them.
+        ``embed=False`` indexes the text only and leaves new chunks pending.
         """
-        return self._sync(force=force, progress=progress).to_dict()
+        return self._sync(force=force, progress=progress, embed=embed).to_dict()
 
     def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
         """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``."""

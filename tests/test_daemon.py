@@ -158,15 +158,20 @@ def test_provider_outage_is_retried_while_keyword_search_works(workspace: Path, 
         try:
             error = d.wait_for(lambda e: e["event"] == "error" and "retryInSeconds" in e)
             assert error["retryInSeconds"] >= 1 and "waiting for embeddings" in error["error"]
+            # during the backoff a new file is still indexed after the debounce, as text only
+            write(workspace / "memory" / "2026-07-02.md", "the second outage note about the otter")
+            text_only = d.wait_for(lambda e: e["event"] == "sync" and e["pending"] == 2, timeout=5)
+            assert text_only["indexed"] == 1 and text_only["embedded"] == 0
             with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile...
                 assert reader.search("gate code")["results"][0]["path"] == "MEMORY.md"
-                # ...and the note written during the outage is already found by its keywords
+                # ...and the notes written during the outage are already found by their keywords
                 assert reader.search("outage heron")["results"][0]["path"] == "memory/2026-07-01.md"
-                assert reader.status()["pendingEmbeddings"] == 1
+                assert reader.search("outage otter")["results"][0]["path"] == "memory/2026-07-02.md"
+                assert reader.status()["pendingEmbeddings"] == 2
             recovered = d.wait_for(lambda e: e["event"] == "sync" and e["embedded"] >= 1, timeout=30)
-            assert recovered["pending"] == 0
+            assert recovered["pending"] == 0 and recovered["embedded"] == 2
             with Memory(load_config(cfg).agent()) as reader:
                 status = reader.status()
-                assert status["pendingEmbeddings"] == 0 and status["vectors"] == status["chunks"] == 2
+                assert status["pendingEmbeddings"] == 0 and status["vectors"] == status["chunks"] == 3
         finally:
             assert d.stop() == 0

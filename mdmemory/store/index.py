@@ -266,8 +266,14 @@ class Store:
     # -- pending embeddings -----------------------------------------------------------------------
     def pending_count(self) -> int:
         """How many chunks are indexed for keywords but still wait for their vectors."""
-        sql = "SELECT count(*) FROM pending_embeddings"
-        return int(self._memoised("pending", lambda: self.conn.execute(sql).fetchone()[0]))
+
+        def count() -> int:
+            try:
+                return int(self.conn.execute("SELECT count(*) FROM pending_embeddings").fetchone()[0])
+            except sqlean.OperationalError:  # an index older than migration 3, opened read-only
+                return 0
+
+        return int(self._memoised("pending", count))
 
     def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
         """Up to ``limit`` pending chunks with ids above ``after_id``, in id order."""
