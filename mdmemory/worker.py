@@ -91,7 +91,7 @@ def spawn(agent: AgentConfig, config_source: Path | None, purpose: str, env: Map
             return current
         cmd = [sys.executable, "-m", "mdmemory", "index", "--worker", "--json", "--agent", agent.id]
         if config_source is not None:
-            cmd += ["--config", str(config_source)]
+            cmd += ["--config", str(Path(config_source).resolve())]
         log = _file(store_path, ".log")
         with contextlib.suppress(OSError):
             if log.stat().st_size > LOG_MAX_BYTES:
