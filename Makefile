@@ -5,14 +5,15 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STATE  := $(CURDIR)/.state
-# llama-cpp-python is compiled from source (no binary wheel on PyPI). GGML_NATIVE is off because a native
-# build on VMs that advertise AMX but do not enable it dies with SIGILL on quantised models; the explicit
-# x86-64 feature set below is what this project's machines run. The built wheel is kept in a wheelhouse
-# keyed by these flags, so later runs (and CI on the same machine) reuse it instead of compiling again.
+# llama-cpp-python is compiled from source (no binary wheel on PyPI) as a portable build: every x86 CPU
+# backend variant (SSE4.2 ... AVX-512, AMX) is built as its own library and llama.cpp picks the one this CPU
+# supports at load time (mdmemory.providers.native), so the same wheel runs on any machine of this kind and
+# no CPU feature is hard-coded here. mdmemory also probes each model in a child process before loading it,
+# stepping down a variant if the best-scored one dies with SIGILL (mdmemory.providers.probe). The built
+# wheel is kept in a wheelhouse keyed by version and flags, so later runs reuse it instead of compiling again.
 LLAMA_VERSION ?= 0.3.36
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
-	-DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX_VNNI=ON -DLLAVA_BUILD=OFF
-WHEELHOUSE ?= $(HOME)/.cache/mdmemory/wheels/$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS)' | sha1sum | cut -c1-12)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF
+WHEELHOUSE ?= $(HOME)/.cache/mdmemory/wheels/$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha1sum | cut -c1-12)
 
 .PHONY: run test venv bench lint clean
 
@@ -27,8 +28,8 @@ $(VENV)/.base: $(BIN)/python pyproject.toml
 $(VENV)/.test: $(BIN)/python pyproject.toml
 	@mkdir -p $(WHEELHOUSE)
 	@ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
-	  echo "compiling llama-cpp-python $(LLAMA_VERSION) once (about 5 minutes on 2 cores)"; \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
+	  echo "compiling llama-cpp-python $(LLAMA_VERSION) once, every CPU variant (about 20 minutes on 2 cores)"; \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
 	    "llama-cpp-python==$(LLAMA_VERSION)"; }
 	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) -e ".[test,local]" "llama-cpp-python==$(LLAMA_VERSION)"

@@ -60,7 +60,9 @@ def write_workspace(root: Path, chunks: int, seed: int = 3) -> None:
 
 
 def raw_embed(model: Path, texts: list[str], threads: int) -> float:
-    import llama_cpp
+    from mdmemory.providers.native import load_llama_cpp
+
+    llama_cpp, _ = load_llama_cpp()  # the CPU backend a portable build ships
 
     llm = llama_cpp.Llama(
         str(model),

@@ -21,8 +21,8 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import worker
-from mdmemory.errors import EmbeddingsPending, LockError, MdMemoryError, ProviderError
-from mdmemory.indexer import Indexer
+from mdmemory.errors import EmbeddingsPending, LockError, MdMemoryError, ProviderError, StoreError, WorkspaceError
+from mdmemory.store.health import read_health
 from mdmemory.watchstate import read_watch_state
 
 if TYPE_CHECKING:
@@ -58,8 +58,12 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
             return True, [f"another process{_busy(mem)} is indexing; results may be a few seconds old"]
         except EmbeddingsPending as exc:
             report = exc.report  # the text is indexed; the note below says what is not embedded
+        except WorkspaceError as exc:  # a missing root (mdmemory.roots): its files are kept, not indexed
+            return True, [str(exc)]
         except ProviderError as exc:
             return True, [f"could not index the changed files; results may be stale: {exc}"]
+        except StoreError as exc:  # a full disk or a read-only index: answer from what it holds
+            return True, [f"changed files could not be indexed; results may be stale: {exc}"]
         notes.extend(f"{e['path']}: {e['error']}" for e in report.get("errors", []))
     deferred = int(report.get("deferred", 0))
     pending = mem.store.pending_count()
@@ -76,7 +80,7 @@ def _leftover_note(mem: Memory, deferred: int, pending: int) -> str:
     if pending:
         what = f"{pending} chunk(s) are not embedded yet and are matched by keywords only"
         parts.append(f"{what}; they are being embedded by {who}" if not deferred else what)
-    error = mem.store.get_meta("lastError")
+    error = read_health(mem.agent.store_path).get("lastError") or mem.last_error
     if pending and error:
         parts.append(f"last error: {error['error']}")
     return "; ".join(parts)
@@ -117,11 +121,9 @@ def _worker_doing(info: worker.WorkerInfo, purpose: str) -> str:
     return f"waiting for the background worker (pid {info.pid}) to finish; a search after that starts the rebuild"
 
 
-def status_notes(mem: Memory, indexer: Indexer) -> list[str]:
+def mismatch_note(mem: Memory) -> str:
     """What status says about an index built for another identity: who is rebuilding it, or who will."""
-    stored = mem.store.get_meta("identity")
-    if stored is None or indexer.identity_matches():
-        return []
+    stored = mem.store.get_meta("identity") or {}
     info = worker.running(mem.agent.store_path)
     if info is not None:
         action = _worker_doing(info, "rebuild")
@@ -131,7 +133,7 @@ def status_notes(mem: Memory, indexer: Indexer) -> list[str]:
         action = "searches answer by keywords only; the next search starts a rebuild (or run `mdmemory index`)"
     else:
         action = "searches answer by keywords only; run `mdmemory index` to rebuild"
-    return [f"{identity_change(stored, indexer.identity())}: {action}"]
+    return f"{identity_change(stored, mem.indexer.identity())}: {action}"
 
 
 def worker_state(mem: Memory) -> dict[str, Any] | None:
@@ -142,7 +144,7 @@ def worker_state(mem: Memory) -> dict[str, Any] | None:
 
 def _failing(mem: Memory) -> bool:
     """Whether the last sync failed to embed less than ``RECENT_FAILURE_SECONDS`` ago (any process)."""
-    error = mem.store.get_meta("lastError") or {}
+    error = read_health(mem.agent.store_path).get("lastError") or mem.last_error or {}
     recent = time.time() - float(error.get("at", 0)) < RECENT_FAILURE_SECONDS
     return recent and "pending" in error  # recorded by Memory._sync for EmbeddingsPending
 
@@ -162,8 +164,9 @@ def _background_sync(mem: Memory) -> None:
     other.should_stop = mem._closing.is_set
     try:
         worker.settle(other, worker.PATIENCE_SECONDS, mem._closing.wait)
+        mem._last_error = None  # this object's own failed catch-up is resolved: status must not show it
     except MdMemoryError:
-        pass  # recorded in the index meta as lastError by Memory._sync; status shows it
+        pass  # recorded in the health file as lastError by Memory._sync; status shows it
     except OSError:
         pass
     finally:

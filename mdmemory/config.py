@@ -23,6 +23,7 @@ cwd). ``extraPaths`` are made absolute relative to the agent's workspace. ``stor
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import json5
 
 from mdmemory.errors import ConfigError
+from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
@@ -123,6 +125,16 @@ class QueryConfig:
     min_score: float = 0.35
     keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
+    embed_timeout_ms: int = 2000  # a search waits at most this long for embeddings, then answers from keywords
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """Pause a provider that keeps failing, for every process using the index (providers/breaker.py)."""
+
+    failures: int = 2  # consecutive failed calls that open the breaker
+    cool_down_seconds: float = 30.0  # first pause; doubles after each failed probe...
+    max_cool_down_seconds: float = 300.0  # ...up to this
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,7 @@ class MemorySearchConfig:
     sync: SyncConfig = field(default_factory=SyncConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
     extra_paths: tuple[str, ...] = ()
     max_file_bytes: int = 5 * 1024 * 1024
 
@@ -225,18 +238,26 @@ class _Range:
         return (v > self.lo if self.lo_open else v >= self.lo) and (self.hi is None or v <= self.hi)
 
     def text(self) -> str:
-        if self.hi is not None:
-            return f"from {self.lo:g} to {self.hi:g}"
-        return f"greater than {self.lo:g}" if self.lo_open else f"of at least {self.lo:g}"
+        lo, hi = _number(self.lo), None if self.hi is None else _number(self.hi)
+        if hi is not None:
+            return f"greater than {lo} and at most {hi}" if self.lo_open else f"from {lo} to {hi}"
+        return f"greater than {lo}" if self.lo_open else f"of at least {lo}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 # Bounds by camelCase key path inside memorySearch: a new field needs a line here only if it is bounded.
+# Upper bounds keep values away from what crashes native code or overflows: llama.cpp with thousands of
+# threads, sqlite-vec's 8192-dimension limit, timeouts the OS clock cannot represent. Every integer also has
+# to fit in 64 bits (checked for all fields), since indexes and state files store them.
 RANGES: dict[str, _Range] = {
-    "remote.dimensions": _Range(1),
-    "remote.timeoutSeconds": _Range(0, lo_open=True),
+    "remote.dimensions": _Range(1, 8192),  # sqlite-vec stores at most 8192 dimensions
+    "remote.timeoutSeconds": _Range(0, 3600, lo_open=True),
     "remote.maxRetries": _Range(0, 20),
-    "local.threads": _Range(1),
-    "local.contextSize": _Range(32),
+    "local.threads": _Range(1, 256),  # llama.cpp aborts or segfaults with absurd thread counts
+    "local.contextSize": _Range(32, 1_048_576),
     "chunking.tokens": _Range(32, 8192),
     "chunking.overlap": _Range(0),  # and < chunking.tokens, checked after merging
     "chunking.windowTokens": _Range(0, 8192),
@@ -244,6 +265,7 @@ RANGES: dict[str, _Range] = {
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),
     "query.minScore": _Range(0, 1),
+    "query.embedTimeoutMs": _Range(1, 600_000),
     "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging
     "query.hybrid.textWeight": _Range(0),
     "query.hybrid.candidateMultiplier": _Range(1, 50),
@@ -251,6 +273,9 @@ RANGES: dict[str, _Range] = {
     "query.hybrid.mmr.lambda": _Range(0, 1),
     "query.hybrid.temporalDecay.halfLifeDays": _Range(0, lo_open=True),
     "cache.maxEntries": _Range(0),
+    "breaker.failures": _Range(1, 1000),
+    "breaker.coolDownSeconds": _Range(0, 86_400),
+    "breaker.maxCoolDownSeconds": _Range(0, 86_400),
     "maxFileBytes": _Range(1),
 }
 # Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.
@@ -267,6 +292,7 @@ _UNION_FIELDS = frozenset({"extra_paths"})  # lists merged as a de-duplicated un
 _AGENT_ID = re.compile(r"[A-Za-z0-9_-]+")
 _TOKEN = re.compile(r"\{(\w*)\}")
 _MISMATCH = object()
+_INT64 = 2**63 - 1
 T = TypeVar("T")
 Layers = list[tuple[str, dict[str, Any]]]  # (key prefix for messages, validated snake_case values)
 
@@ -312,13 +338,42 @@ def _convert(tp: Any, value: Any) -> Any:
 
 
 def _show(value: Any, secret: bool = False) -> str:
-    if secret:
-        return "<redacted>"
+    """``value`` for an error message: JSON, at most 80 characters, with secrets replaced by <redacted>.
+
+    ``secret`` marks a value of a secret field (apiKey, headers). Besides those, any string that looks like a
+    credential (``sk-...``, ``Bearer ...``, a URL with user:password) is redacted wherever it was put, and so
+    is the value of any secret-looking key inside a shown object (``token``, ``apikey``, ``Authorization``...).
+    """
+    if secret or (isinstance(value, str) and looks_secret(value)):
+        return REDACTED
     try:
-        text = json.dumps(value)
+        text = json.dumps(redact_value(value, public=_public_keys()))
     except (TypeError, ValueError):
-        text = repr(value)
+        text = REDACTED  # not JSON data: never fall back to repr(), which could show anything
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+@functools.cache
+def _public_keys() -> frozenset[str]:
+    """The camelCase names of every config field that is not secret (``repr=False`` marks secrets)."""
+    public, todo = set(_RUNTIME_COMPACTION_KEYS), [MemorySearchConfig, _AgentKeys, _Defaults, _Entry]
+    while todo:
+        cls = todo.pop()
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            public |= {camel(f.name)} if f.repr else set()
+            todo += [hints[f.name]] if is_dataclass(hints[f.name]) else []
+    return frozenset(public)
+
+
+def _kind(value: Any) -> str:
+    """The JSON type of ``value``, for messages about a value that is not shown (it may hold secrets)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return "a number"
+    kinds: dict[type, str] = {str: "a string", list: "a list", dict: "an object"}
+    return kinds.get(type(value), type(value).__name__)
 
 
 def _suggest(word: str, choices: list[str], cutoff: float = 0.6) -> str | None:
@@ -340,14 +395,15 @@ class _Loader:
         self.ignored: list[str] = []
 
     def error(self, key: str | None, message: str) -> ConfigError:
+        key = key and scrub(key)  # a credential pasted as a key name ({ "sk-...": true }) is not echoed either
         return ConfigError(f"{key}: {message}" if key else message, key=key, source=self.source)
 
     def bad(self, key: str, value: Any, expected: str, fix: str, secret: bool = False, hint: str = "") -> ConfigError:
         return self.error(key, f"expected {expected}, got {_show(value, secret)}{hint}. Fix: {fix}.")
 
     def obj(self, value: Any, key: str) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.bad(key, value, "an object", "write it as { key: value, ... }")
+        if not isinstance(value, dict):  # the value is not echoed: an object's place may hold secrets
+            raise self.error(key, f"expected an object, got {_kind(value)}. Fix: write it as {{ key: value, ... }}.")
         return value
 
     def runtime_keys(
@@ -360,7 +416,7 @@ class _Loader:
                 fix = f"rename it to '{mine}' (keys are case-sensitive camelCase)"
                 raise self.error(path, f"unknown key; did you mean '{mine}'? Fix: {fix}.")
             if key not in ours:
-                self.ignored.append(path)
+                self.ignored.append(scrub(path))
 
     def section(
         self, cls: Any, raw: Any, key: str, rel: str = "", ranges: Mapping[str, _Range] = RANGES
@@ -396,10 +452,15 @@ class _Loader:
                 _suggest(value, list(get_args(tp))) if get_origin(tp) is Literal and isinstance(value, str) else None
             )
             hint = f" (did you mean {json.dumps(choice)}?)" if choice else ""
+            if isinstance(value, float) and not math.isfinite(value):
+                hint = " (infinity and NaN are not numbers here)"
             raise self.bad(path, value, _describe(tp), f"set it to {_describe(tp)}, {keep}", secret, hint)
         if rule and converted is not None and not rule.ok(converted):
             expected = f"{_describe(tp).removesuffix(' or null')} {rule.text()}"
             raise self.bad(path, value, expected, f"set it to a value {rule.text()}, {keep}", secret)
+        if isinstance(converted, int) and not isinstance(converted, bool) and abs(converted) > _INT64:
+            expected = "an integer that fits in 64 bits"
+            raise self.bad(path, value, expected, f"set it to a smaller value, {keep}", secret)
         return converted
 
 
@@ -544,12 +605,15 @@ def _agent(
         key = _origin(layers, "chunking.overlap", "chunking.tokens") + ".chunking.overlap"
         expected = f"an integer less than chunking.tokens ({chunking.tokens})"
         raise ld.bad(key, chunking.overlap, expected, "lower overlap or raise tokens (defaults 80 and 400)")
-    total = hybrid.vector_weight + hybrid.text_weight
-    if total == 0:
+    scale = max(hybrid.vector_weight, hybrid.text_weight)
+    if scale == 0:
         key = _origin(layers, "query.hybrid.vector_weight", "query.hybrid.text_weight") + ".query.hybrid"
         fix = "give vectorWeight or textWeight a positive value (defaults 0.7 and 0.3)"
         raise ld.bad(key, {"vectorWeight": 0, "textWeight": 0}, "weights that are not both 0", fix)
-    hybrid = replace(hybrid, vector_weight=hybrid.vector_weight / total, text_weight=hybrid.text_weight / total)
+    # Scale by the larger weight before summing, so 1e308 + 1e308 cannot overflow to infinity (which made
+    # both normalised weights 0) and tiny weights cannot underflow.
+    vector, text = hybrid.vector_weight / scale, hybrid.text_weight / scale
+    hybrid = replace(hybrid, vector_weight=vector / (vector + text), text_weight=text / (vector + text))
     store_key = _origin(layers, "store.path") + ".store.path"
     if any(t not in ("agentId", "home") for t in _TOKEN.findall(ms.store.path)):
         expected = "a path whose only {tokens} are {agentId} and {home}"
@@ -599,7 +663,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     ld, base = _Loader(source), source.parent if source else Path.cwd()
     root = _read(ld, source) if source else {}
     if not isinstance(root, dict):
-        raise ld.error(None, f"the file must hold an object, got {_show(root)}. Fix: start it with {{ agents: ... }}.")
+        raise ld.error(None, f"the file must hold an object, got {_kind(root)}. Fix: start it with {{ agents: ... }}.")
     ld.runtime_keys(root, "", ("agents",))
     agents = ld.obj(root.get("agents", {}), "agents")
     ld.runtime_keys(agents, "agents", ("defaults", "list"))
@@ -616,7 +680,8 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
 
     entries = agents.get("list", [])
     if not isinstance(entries, list):
-        raise ld.bad("agents.list", entries, "a list of agent objects", 'write it as [ { id: "main" } ]')
+        fix = 'Fix: write it as [ { id: "main" } ]'
+        raise ld.error("agents.list", f"expected a list of agent objects, got {_kind(entries)}. {fix}.")
     built: list[AgentConfig] = []
     ids: dict[str, int] = {}
     stores: dict[Path, str] = {}

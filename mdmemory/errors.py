@@ -25,12 +25,37 @@ class ConfigError(MdMemoryError):
         super().__init__(prefix + message)
 
 
+class InvalidArgumentError(MdMemoryError, ValueError):
+    """An argument of an API call or command is invalid (an empty query, ``max_results`` out of range...).
+
+    Also a ``ValueError``, so Python callers can catch it as one; the command line exits with code 2.
+    """
+
+
 class WorkspaceError(MdMemoryError):
-    """A path is not an allowed memory file (traversal, symlink, outside the workspace...)."""
+    """A path is not an allowed memory file (traversal, symlink, outside the workspace...), or the
+    workspace itself is missing."""
+
+
+class SpecialFileError(WorkspaceError, OSError):
+    """A memory path is not a regular file with one link (a FIFO, a device, a socket, a hard link).
+
+    Also an ``OSError``, so code that skips unreadable files skips these too.
+    """
 
 
 class StoreError(MdMemoryError):
-    """The SQLite index cannot be opened or used (missing extension, corrupt file...)."""
+    """The SQLite index cannot be opened or used (missing extension, corrupt file...).
+
+    ``kind`` says what went wrong, so callers can react without parsing the message: ``full`` (no space
+    left), ``read-only`` (the file or folder cannot be written), ``corrupt`` (the file is damaged: rebuild
+    it from the memory files), ``foreign`` (not an mdmemory index: ``index --force`` moves it aside), ``schema``
+    (a schema version this process cannot use), ``io`` or ``error``.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error") -> None:
+        self.kind = kind
+        super().__init__(message)
 
 
 class ProviderError(MdMemoryError):
@@ -45,6 +70,23 @@ class TransientProviderError(ProviderError):
 
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         self.retry_after = retry_after
+        super().__init__(message)
+
+
+class InputRejected(ProviderError):
+    """The provider refused this input (too long, too large); other inputs may pass, so it is not a sign of an
+    outage and the circuit breaker does not count it."""
+
+
+class ProviderPaused(ProviderError):
+    """The provider's circuit breaker is open: it failed recently, so calls are refused at once until ``until``.
+
+    ``until`` is a Unix time; ``reason`` is the failure that opened the breaker (never holds a secret).
+    """
+
+    def __init__(self, message: str, until: float, reason: str) -> None:
+        self.until = until
+        self.reason = reason
         super().__init__(message)
 
 

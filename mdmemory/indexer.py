@@ -11,8 +11,9 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from mdmemory import roots
 from mdmemory.chunker import chunk_markdown
-from mdmemory.config import MemorySearchConfig
+from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
 from mdmemory.errors import LockError, ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
@@ -46,6 +47,7 @@ class SyncReport:
     from_cache: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
+    held: int = 0  # indexed files kept because their folder is missing (mdmemory.roots)
     rebuilt: bool = False
     pending: int = 0
     deferred: int = 0
@@ -53,7 +55,8 @@ class SyncReport:
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON shape, camelCase like every JSON mdmemory emits (``fromCache``)."""
+        return {camel(k): v for k, v in asdict(self).items()}
 
 
 def is_utf8(name: str) -> bool:
@@ -126,6 +129,7 @@ class Indexer:
         embed: bool = True,
         budget: float | None = None,
         keep_live: bool = False,
+        prune: bool = False,
     ) -> SyncReport:
         """Bring the index up to date, in two phases; keyword freshness never waits for embeddings.
 
@@ -139,7 +143,8 @@ class Indexer:
         failure stops it cleanly: the chunks stay pending, the report says how many and ``embed_error`` why.
 
         A new identity (or ``force``) rebuilds beside the live index, see ``_rebuild``; ``keep_live``
-        discards a rebuild that could not embed everything instead of swapping it in.
+        discards a rebuild that could not embed everything instead of swapping it in. ``prune`` (implied by
+        ``force``) drops indexed files whose folder is missing (mdmemory.roots).
         """
         started = time.monotonic()
         lock = FileLock(str(self.lock_path))
@@ -152,7 +157,9 @@ class Indexer:
             ) from exc
         try:
             deadline = None if budget is None else started + budget
-            report = self._sync_locked(force=force, progress=progress, deadline=deadline, keep_live=keep_live)
+            report = self._sync_locked(
+                force=force, progress=progress, deadline=deadline, keep_live=keep_live, prune=prune or force
+            )
         finally:
             lock.release()
         if not report.rebuilt:  # a rebuild embedded its new generation before the swap
@@ -168,13 +175,14 @@ class Indexer:
         return report
 
     def _sync_locked(
-        self, *, force: bool, progress: Progress | None, deadline: float | None, keep_live: bool
+        self, *, force: bool, progress: Progress | None, deadline: float | None, keep_live: bool, prune: bool = False
     ) -> SyncReport:
         remove_orphans(self.store.path)
         self.store.refresh()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
+            roots.guard(self.workspace.missing_roots(), self.store.files(), prune=prune, rebuild=True)
             return self._rebuild(progress, keep_live)
-        return self._update(progress, deadline)
+        return self._update(progress, prune, deadline)
 
     def _embed_phase(self, report: SyncReport) -> None:
         """Phase 2 on the live index. If another process holds the embedding lock, it embeds these chunks
@@ -246,11 +254,13 @@ class Indexer:
         self.store.reopen()
         return report
 
-    def _update(self, progress: Progress | None, deadline: float | None = None) -> SyncReport:
+    def _update(self, progress: Progress | None, prune: bool = False, deadline: float | None = None) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
         indexed = self.store.files()
         on_disk = self.workspace.discover()
+        # after discovery, so a folder that vanished during it counts as missing, not as emptied
+        held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
         report.files = len(on_disk)
         limit = self.settings.max_file_bytes
         for n, mf in enumerate(on_disk, start=1):
@@ -272,7 +282,8 @@ class Indexer:
                 raise
             except (OSError, ValueError, UnicodeError) as exc:
                 report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
-        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)}
+        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)} | held  # never delete under a missing root
+        report.held = len(held)
         skipped = {s["path"] for s in report.skipped}
         for path in indexed:
             if path not in present or path in skipped:
@@ -350,6 +361,7 @@ class Indexer:
                 out.append((mf.rel, "new", mf.size))
             elif row.size != mf.size or row.mtime != mf.mtime:
                 out.append((mf.rel, "modified", mf.size))
+        present |= roots.kept(self.workspace.missing_roots(), indexed)  # kept by sync: not stale
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 

@@ -13,11 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdmemory.errors import EmbeddingsPending, LockError, ProviderError, SyncCancelled
+from mdmemory.errors import EmbeddingsPending, LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.memory import Memory
 
 MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 2.0
+MAX_STORE_BACKOFF_SECONDS = (
+    30.0  # a full disk or read-only index is retried at least this often: freed space is used soon
+)
 
 
 @dataclass
@@ -151,6 +154,10 @@ class SyncService:
             return
         except ProviderError as exc:  # embeddings down: keep the last index, retry with backoff
             self._backoff = min(MAX_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
+            self._retry_later(exc, self._backoff, pending)
+            return
+        except StoreError as exc:  # disk full, read-only or corrupt beyond repair: the last index keeps answering
+            self._backoff = min(MAX_STORE_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
             self._retry_later(exc, self._backoff, pending)
             return
         except Exception as exc:  # noqa: BLE001 - the loop must outlive any single failure; it is reported

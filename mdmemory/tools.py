@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
-from mdmemory.errors import WorkspaceError
+from mdmemory.config import MemorySearchConfig
+from mdmemory.errors import SpecialFileError, WorkspaceError
 from mdmemory.search import SearchOutcome, make_snippet
-from mdmemory.workspace import Workspace, read_text
+from mdmemory.workspace import Workspace, read_capped
 
 RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")
+DEFAULT_MAX_BYTES = MemorySearchConfig.max_file_bytes  # Memory.get passes the configured one
 
 
 def search_response(outcome: SearchOutcome, *, provider: str, model: str | None) -> dict[str, Any]:
@@ -27,10 +30,20 @@ def search_response(outcome: SearchOutcome, *, provider: str, model: str | None)
     return {"results": results, "provider": provider, "model": model, "mode": outcome.mode}
 
 
-def get_file(workspace: Workspace, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+def get_file(
+    workspace: Workspace,
+    path: str,
+    from_line: int | None = None,
+    lines: int | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> dict[str, Any]:
     """Read a memory file or a 1-based slice of its lines: ``{path, text}`` or ``{path, text: "", error}``.
 
-    A memory file that does not exist yet returns empty text, not an error.
+    A memory file that does not exist yet returns empty text, not an error. Only regular files with one
+    link are opened (a FIFO, a device, a socket or a hard link is refused without being opened), and at
+    most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
+    line with ``truncated: true`` and a ``note`` saying so.
     """
     shown = path if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
@@ -42,17 +55,25 @@ def get_file(workspace: Workspace, path: str, from_line: int | None = None, line
         return {"path": shown, "text": "", "error": str(exc)}
     rel = workspace.rel(target)
     try:
-        text, _, _ = read_text(target)
+        text, size = read_capped(target, max_bytes, shown=rel)
     except FileNotFoundError:
         return {"path": rel, "text": ""}
-    except IsADirectoryError:
-        return {"path": rel, "text": "", "error": f"{rel} is a folder, not a memory file"}
+    except SpecialFileError as exc:
+        return {"path": rel, "text": "", "error": str(exc)}
     except OSError as exc:
-        reason = "it is a symlink" if getattr(exc, "errno", None) == 40 else exc.strerror or str(exc)
+        reason = "it is a symlink" if getattr(exc, "errno", None) == errno.ELOOP else exc.strerror or str(exc)
         return {"path": rel, "text": "", "error": f"cannot read {rel}: {reason}"}
-    if from_line is None and lines is None:
-        return {"path": rel, "text": text}
-    all_lines = text.split("\n")
-    start = (from_line or 1) - 1
-    end = len(all_lines) if lines is None else start + lines
-    return {"path": rel, "text": "\n".join(all_lines[start:end])}
+    out: dict[str, Any] = {"path": rel, "text": text}
+    if from_line is not None or lines is not None:
+        all_lines = text.split("\n")
+        start = (from_line or 1) - 1
+        end = len(all_lines) if lines is None else start + lines
+        out["text"] = "\n".join(all_lines[start:end])
+    if size is not None:
+        out["truncated"] = True
+        out["note"] = (
+            f"{rel} is {size} bytes; memory_get read only its first {max_bytes} bytes (maxFileBytes), "
+            f"{text.count(chr(10))} whole lines: later lines cannot be read this way. Raise "
+            "agents.defaults.memorySearch.maxFileBytes to read more, or split the file"
+        )
+    return out

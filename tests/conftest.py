@@ -23,11 +23,18 @@ SHARED = REPO.parent / "shared"
 MINILM = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 
 
+@pytest.fixture(scope="session")
+def probe_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One crash-probe cache for the session: each model file is probed once, not once per test."""
+    return tmp_path_factory.mktemp("probe-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_cache: Path) -> Path:
     """Point all state at tmp_path and hide the developer's config, workspace and keys."""
     home = tmp_path / "mdmemory-home"
     monkeypatch.setenv("MDMEMORY_HOME", str(home))
+    monkeypatch.setenv("MDMEMORY_PROBE_CACHE", str(probe_cache))
     for var in ("MDMEMORY_CONFIG", "MDMEMORY_WORKSPACE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

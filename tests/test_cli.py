@@ -37,7 +37,7 @@ def test_index_search_get_status_json(config: Path, capsys: pytest.CaptureFixtur
     assert code == 0
     summary = json.loads(out)
     assert summary["files"] == 2 and summary["indexed"] == 2 and summary["skipped"] == []
-    assert {"chunks", "embedded", "from_cache", "seconds"} <= set(summary)
+    assert {"chunks", "embedded", "fromCache", "seconds"} <= set(summary)
 
     code, out, _ = run(capsys, "search", "restic", "--config", str(config), "--json")
     res = json.loads(out)

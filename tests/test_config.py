@@ -231,7 +231,15 @@ def test_unknown_agent_id_lists_configured_ids(tmp_path: Path, env: dict[str, st
 
 @pytest.mark.parametrize(
     ("vector", "text", "expected"),
-    [(0.7, 0.3, (0.7, 0.3)), (2, 2, (0.5, 0.5)), (3, 1, (0.75, 0.25)), (0, 5, (0.0, 1.0))],
+    [
+        (0.7, 0.3, (0.7, 0.3)),
+        (2, 2, (0.5, 0.5)),
+        (3, 1, (0.75, 0.25)),
+        (0, 5, (0.0, 1.0)),
+        (1e308, 1e308, (0.5, 0.5)),  # the sum overflows to infinity: both weights became 0
+        (1e308, 0.3, (1.0, 0.0)),
+        (5e-324, 5e-324, (0.5, 0.5)),  # the smallest subnormals
+    ],
 )
 def test_hybrid_weights_are_normalised(
     tmp_path: Path, env: dict[str, str], vector: float, text: float, expected: tuple[float, float]
@@ -239,6 +247,18 @@ def test_hybrid_weights_are_normalised(
     cfg = load_config(write(tmp_path, ms({"query": {"hybrid": {"vectorWeight": vector, "textWeight": text}}})), env)
     hybrid = cfg.agent().memory_search.query.hybrid
     assert (hybrid.vector_weight, hybrid.text_weight) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("key", ["vectorWeight", "textWeight", "query.minScore", "sync.intervalMinutes"])
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e999"])
+def test_non_finite_numbers_are_rejected_with_the_key(
+    tmp_path: Path, env: dict[str, str], key: str, literal: str
+) -> None:
+    path = f"query.hybrid.{key}" if "." not in key else key
+    text = json.dumps(ms(nested(path, 0))).replace(": 0}", f": {literal}}}", 1)
+    err = error(tmp_path, env, text)
+    assert err.key == f"agents.defaults.memorySearch.{path}"
+    assert "expected a number" in str(err) and "infinity and NaN are not numbers here" in str(err)
 
 
 def test_runtime_keys_are_ignored_and_recorded(tmp_path: Path, env: dict[str, str]) -> None:
@@ -310,7 +330,7 @@ def test_typo_of_our_key_at_agent_level_is_an_error(
         ("model", 5, "5", "expected a string or null"),
         ("extraPaths", "notes", '"notes"', "expected a list of strings"),
         ("extraPaths", ["a", 1], '["a", 1]', "expected a list of strings"),
-        ("remote", "http://x", '"http://x"', "expected an object"),
+        ("remote", "http://x", "a string", "expected an object"),  # an object's place may hold secrets
         ("query.hybrid.fusion", 1, "1", 'expected one of "weighted", "rrf"'),
     ],
 )
@@ -349,11 +369,18 @@ def test_ints_are_accepted_for_floats(tmp_path: Path, env: dict[str, str]) -> No
         ("sync.intervalMinutes", -1, "of at least 0"),
         ("cache.maxEntries", -1, "of at least 0"),
         ("maxFileBytes", 0, "of at least 1"),
-        ("remote.timeoutSeconds", 0, "greater than 0"),
+        ("remote.timeoutSeconds", 0, "greater than 0 and at most 3600"),
+        ("remote.timeoutSeconds", 1e308, "greater than 0 and at most 3600"),
         ("remote.maxRetries", 21, "from 0 to 20"),
-        ("remote.dimensions", 0, "of at least 1"),
-        ("local.threads", 0, "of at least 1"),
-        ("local.contextSize", 16, "of at least 32"),
+        ("remote.dimensions", 0, "from 1 to 8192"),
+        ("remote.dimensions", 8193, "from 1 to 8192"),
+        ("local.threads", 0, "from 1 to 256"),
+        ("local.threads", 100000, "from 1 to 256"),
+        ("local.contextSize", 16, "from 32 to 1048576"),
+        ("local.contextSize", 2**31, "from 32 to 1048576"),
+        ("chunking.tokens", 0, "from 32 to 8192"),
+        ("chunking.tokens", 10**9, "from 32 to 8192"),
+        ("chunking.windowTokens", -1, "from 0 to 8192"),
     ],
 )
 def test_out_of_range(tmp_path: Path, env: dict[str, str], path: str, value: Any, bounds: str) -> None:
@@ -399,14 +426,10 @@ def test_duplicate_keys_are_an_error(tmp_path: Path, env: dict[str, str]) -> Non
 @pytest.mark.parametrize(
     ("data", "key", "fragment"),
     [
-        ("[1, 2]", None, "the file must hold an object, got [1, 2]"),
-        ({"agents": []}, "agents", "expected an object, got []"),
-        (
-            {"agents": {"list": {"id": "a"}}},
-            "agents.list",
-            'expected a list of agent objects, got {"id": "a"}',
-        ),
-        ({"agents": {"list": ["main"]}}, "agents.list[0]", 'expected an object, got "main"'),
+        ("[1, 2]", None, "the file must hold an object, got a list"),
+        ({"agents": []}, "agents", "expected an object, got a list"),
+        ({"agents": {"list": {"id": "a"}}}, "agents.list", "expected a list of agent objects, got an object"),
+        ({"agents": {"list": ["main"]}}, "agents.list[0]", "expected an object, got a string"),
         ({"agents": {"defaults": {"memorySearch": None}}}, "agents.defaults.memorySearch", "got null"),
         ({"agents": {"defaults": {"workspace": 3}}}, "agents.defaults.workspace", "expected a string, got 3"),
         ({"agents": {"list": [{"id": "a", "default": "yes"}]}}, "agents.list[0].default", 'got "yes"'),
@@ -473,6 +496,65 @@ def test_secret_values_are_redacted(tmp_path: Path, env: dict[str, str]) -> None
     message = str(error(tmp_path, env, ms({"remote": {"apiKey": 12345}})))
     assert "remote.apiKey: expected a string or null, got <redacted>. Fix:" in message
     assert "12345" not in message
+
+
+PLAIN = "hunter2-plain-value"  # a secret no pattern recognises: only where it was put can tell
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        # wrong type of a secret field, and a secret next to another error
+        (ms({"remote": {"apiKey": 12345}}), "agents.defaults.memorySearch.remote.apiKey"),
+        (ms({"remote": {"apiKey": {"value": PLAIN}}}), "agents.defaults.memorySearch.remote.apiKey"),
+        (ms({"remote": {"headers": {"X-Org": PLAIN, "n": 1}}}), "agents.defaults.memorySearch.remote.headers"),
+        (ms({"remote": {"apiKey": PLAIN, "bogus": 1}}), "agents.defaults.memorySearch.remote.bogus"),
+        (ms({"remote": {"apiKey": PLAIN, "maxRetries": 99}}), "agents.defaults.memorySearch.remote.maxRetries"),
+        # typo'd secret key names
+        (ms({"remote": {"apikey": PLAIN}}), "agents.defaults.memorySearch.remote.apikey"),
+        (ms({"remote": {"apiKeys": PLAIN}}), "agents.defaults.memorySearch.remote.apiKeys"),
+        (ms({"remote": {"api_key": PLAIN}}), "agents.defaults.memorySearch.remote.api_key"),
+        (ms({"apiKey": PLAIN}), "agents.defaults.memorySearch.apiKey"),
+        # the key where an object belongs: sections are described by type, never echoed
+        (ms({"remote": PLAIN}), "agents.defaults.memorySearch.remote"),
+        (ms({"remote": [PLAIN]}), "agents.defaults.memorySearch.remote"),
+        ({"agents": {"defaults": {"memorySearch": PLAIN}}}, "agents.defaults.memorySearch"),
+        ({"agents": PLAIN}, "agents"),
+        (json.dumps(PLAIN), None),
+        ({"agents": {"list": {"id": "a", "memorySearch": {"remote": {"apiKey": PLAIN}}}}}, "agents.list"),
+        # a secret-looking key inside a value that is shown
+        (ms({"extraPaths": ["notes", {"token": PLAIN}]}), "agents.defaults.memorySearch.extraPaths"),
+        (ms({"extraPaths": [{"Authorization": PLAIN}]}), "agents.defaults.memorySearch.extraPaths"),
+        # a recognisable credential in a wrong place
+        (ms({"provider": SECRET}), "agents.defaults.memorySearch.provider"),
+        (ms({"model": [SECRET]}), "agents.defaults.memorySearch.model"),
+        (ms({"remote": {"dimensions": f"Bearer {PLAIN}"}}), "agents.defaults.memorySearch.remote.dimensions"),
+        (ms({"remote": {"baseUrl": [f"https://me:{PLAIN}@host/v1"]}}), "agents.defaults.memorySearch.remote.baseUrl"),
+        ({"agents": {"defaults": {"workspace": [SECRET]}}}, "agents.defaults.workspace"),
+        ({"agents": {"defaults": {"userTimezone": SECRET}}}, "agents.defaults.userTimezone"),
+        ({"agents": {"list": [{"id": f"{SECRET} x"}]}}, "agents.list[0].id"),
+        # a credential pasted as a key name
+        (ms({"remote": {SECRET: True}}), "agents.defaults.memorySearch.remote.***"),
+    ],
+)
+def test_a_secret_is_never_echoed_whatever_the_error(
+    tmp_path: Path, env: dict[str, str], data: Any, key: str | None
+) -> None:
+    err = error(tmp_path, env, data)
+    assert err.key == key and "Fix:" in str(err)
+    assert PLAIN not in str(err) and SECRET not in str(err) and "very-secret" not in str(err)
+
+
+def test_a_credential_as_an_ignored_key_name_is_not_listed(tmp_path: Path, env: dict[str, str]) -> None:
+    cfg = load_config(write(tmp_path, {"gateway": {}, SECRET: 1, "agents": {"defaults": {f"Bearer {PLAIN}": 1}}}), env)
+    assert cfg.ignored_keys == ("gateway", "***", "agents.defaults.Bearer ***")
+
+
+def test_public_keys_that_look_secret_are_still_shown(tmp_path: Path, env: dict[str, str]) -> None:
+    """``tokens``, ``keywordScore``, ``sessionContext``... contain "token", "key", "session" but are ours."""
+    message = str(error(tmp_path, env, ms({"extraPaths": [{"tokens": 400, "keywordScore": "blend"}]})))
+    assert '[{"tokens": 400, "keywordScore": "blend"}]' in message
+    assert "got 100000" in str(error(tmp_path, env, ms({"chunking": {"tokens": 100000}})))
 
 
 @pytest.mark.parametrize("value", [None, "x", 1.5, -1, True, [], {}, ["x"], {"a": "b"}, 10**30])

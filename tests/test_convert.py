@@ -137,7 +137,9 @@ def read_gguf(path: Path) -> tuple[dict[str, object], dict[str, object]]:
 
 
 def test_reference_tokenizer_matches_llama_cpp(tiny_gguf: Path) -> None:
-    import llama_cpp
+    from mdmemory.providers.native import load_llama_cpp
+
+    llama_cpp, _ = load_llama_cpp()  # the CPU backend a portable build ships
 
     llm = llama_cpp.Llama(str(tiny_gguf), vocab_only=True, verbose=False)
     try:

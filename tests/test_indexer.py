@@ -64,7 +64,7 @@ def test_edited_file_rows_are_replaced_exactly(workspace: Path, make_memory: Cal
     assert len(mem.store.keyword('"flamingo"', 50)) == 1
     # only the inputs whose text changed were embedded again; the rest came from the cache
     assert 0 < report["embedded"] < len(inputs) / 2
-    assert report["from_cache"] == len(inputs) - report["embedded"]
+    assert report["fromCache"] == len(inputs) - report["embedded"]
 
 
 def test_deleted_file_leaves_nothing_in_any_table(workspace: Path, make_memory: Callable[..., Memory]) -> None:

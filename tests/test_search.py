@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mdmemory.errors import InvalidArgumentError
 from mdmemory.memory import Memory
 from mdmemory.search import (
     cjk_match,
@@ -76,6 +77,10 @@ def test_hostile_queries_raise_no_sql_error(notes: Path, make_memory: Callable[.
     mem = make_memory(provider=provider)
     mem.sync()
     for q in HOSTILE:
+        if not q.strip():  # a blank query is an argument error, like in the memory_search schema
+            with pytest.raises(InvalidArgumentError, match="query must not be empty"):
+                mem.search(q)
+            continue
         res = mem.search(q)
         assert isinstance(res["results"], list), q
         assert "error" not in res, q

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from mdmemory.errors import MdMemoryError
+from mdmemory.errors import InvalidArgumentError, MdMemoryError
 
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
@@ -37,7 +38,8 @@ GET_DESCRIPTION = (
     "memory_search), whole or a range of lines. Use it after memory_search to read around a hit: pass the "
     "result's path, from = startLine and lines = endLine - startLine + 1 (widen the range for more context). "
     "Read only the lines you need to keep your context small. Returns {path, text}; a memory file that does "
-    "not exist yet returns empty text, and a path outside the memory files returns an error."
+    "not exist yet returns empty text, and a path outside the memory files returns an error. A very large file "
+    "is cut at maxFileBytes: then truncated is true and note says so."
 )
 STATUS_DESCRIPTION = (
     "Report the state of the memory index (read-only): embedding provider and model, search mode, indexed "
@@ -119,13 +121,21 @@ SEARCH_OUTPUT: dict[str, Any] = {
         "fallback": {"type": "object"},
         "warnings": {"type": "array", "items": {"type": "string"}},
         "stale": {"type": "boolean"},
+        "disabled": {"type": "boolean"},
         "error": {"type": "string"},
     },
     "required": ["results"],
 }
 GET_OUTPUT: dict[str, Any] = {
     "type": "object",
-    "properties": {"path": {"type": "string"}, "text": {"type": "string"}, "error": {"type": "string"}},
+    "properties": {
+        "path": {"type": "string"},
+        "text": {"type": "string"},
+        "disabled": {"type": "boolean"},
+        "error": {"type": "string"},
+        "truncated": {"type": "boolean"},
+        "note": {"type": "string"},
+    },
     "required": ["path", "text"],
 }
 STATUS_OUTPUT: dict[str, Any] = {"type": "object"}
@@ -230,10 +240,13 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def validate_arguments(schema: Mapping[str, Any], args: dict[str, Any]) -> str | None:
+def validate_arguments(
+    schema: Mapping[str, Any], args: dict[str, Any], names: Mapping[str, str] | None = None
+) -> str | None:
     """Check ``args`` against one of the flat object schemas above; None, or what is wrong and how to fix it.
 
-    Integral floats (``5.0``) are accepted for integers and converted in place.
+    Integral floats (``5.0``) are accepted for integers and converted in place. ``names`` gives the name an
+    argument has for the caller (``max_results`` in Python, ``--max-results`` on the command line).
     """
     props: Mapping[str, Any] = schema.get("properties", {})
     for key in args:
@@ -248,19 +261,49 @@ def validate_arguments(schema: Mapping[str, Any], args: dict[str, Any]) -> str |
     for key, rule in props.items():
         if key not in args:
             continue
-        value = args[key]
+        value, name = args[key], (names or {}).get(key) or repr(key)
         kind = rule["type"]
         if kind == "integer" and isinstance(value, float) and value.is_integer():
             value = args[key] = int(value)
         if not _JSON_TYPES[kind](value):
-            return f"{key!r} must be {'an' if kind == 'integer' else 'a'} {kind}, got {json.dumps(value)}"
+            return f"{name} must be {'an' if kind == 'integer' else 'a'} {kind}, got {_json(value)}"
+        if kind == "number" and not math.isfinite(value):
+            return f"{name} must be a finite number, got {value}"
         if kind == "string" and len(value.strip()) < rule.get("minLength", 0):
-            return f"{key!r} must not be empty"
+            return f"{name} must not be empty or only spaces"
         low, high = rule.get("minimum"), rule.get("maximum")
         if (low is not None and value < low) or (high is not None and value > high):
             bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-            return f"{key!r} must be {bounds}, got {value}"
+            return f"{name} must be {bounds}, got {value}"
     return None
+
+
+def _json(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+PYTHON_SEARCH_NAMES = {"query": "query", "maxResults": "max_results", "minScore": "min_score"}
+
+
+def check_search_arguments(
+    query: str, max_results: int | None = None, min_score: float | None = None, names: Mapping[str, str] | None = None
+) -> tuple[str, int | None, float | None]:
+    """Validate a search the way the memory_search schema does (a non-blank query, 1-100 results, a score
+    from 0 to 1); returns them normalised (``5.0`` -> ``5``). Raises InvalidArgumentError naming the
+    argument as ``names`` spells it (default: the Python names ``query``, ``max_results``, ``min_score``).
+    """
+    args: dict[str, Any] = {"query": query}
+    if max_results is not None:
+        args["maxResults"] = max_results
+    if min_score is not None:
+        args["minScore"] = min_score
+    problem = validate_arguments(SEARCH_INPUT, args, PYTHON_SEARCH_NAMES if names is None else names)
+    if problem is not None:
+        raise InvalidArgumentError(problem)
+    return args["query"], args.get("maxResults"), args.get("minScore")
 
 
 def _norm(key: str) -> str:

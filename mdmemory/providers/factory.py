@@ -66,15 +66,17 @@ def build(
         return HashEmbeddingProvider(dims=settings.remote.dimensions or 384)
     if name == "local":
         try:
-            from mdmemory.providers.local import LocalEmbeddingProvider, is_model_available
+            from mdmemory.providers.local import LocalEmbeddingProvider, is_model_available, resolve_model_path
         except ImportError as exc:
             raise ProviderError(f"local provider unavailable ({exc}): pip install 'mdmemory[local]'") from exc
         model_path = model or settings.local.model_path
         if not is_model_available(model_path, model_cache_dir(settings, home)):
-            raise ProviderError(
-                f"local embedding model {model_path} is not on disk (cache {model_cache_dir(settings, home)}): "
-                "run `mdmemory model pull` or set memorySearch.local.modelPath to a .gguf file"
-            )
+            if model_path.startswith("hf:"):
+                raise ProviderError(
+                    f"local embedding model {model_path} is not on disk (cache {model_cache_dir(settings, home)}): "
+                    f"run `mdmemory model pull {model_path}` or set memorySearch.local.modelPath to a .gguf file"
+                )
+            resolve_model_path(model_path, model_cache_dir(settings, home))  # raises: the file is missing
         return LocalEmbeddingProvider(
             model_path=model_path,
             cache_dir=model_cache_dir(settings, home),

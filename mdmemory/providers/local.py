@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from mdmemory.errors import ProviderError
+from mdmemory.providers import native, probe
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.tokens import truncate_to_tokens
 
 HF_PREFIX = "hf:"
-INSTALL_HINT = "install the local extra: pip install 'mdmemory[local]'"
+INSTALL_HINT = native.INSTALL_HINT
 MIN_CONTEXT = 16
 
 # (pattern on the model's file name / URI / GGUF name, query prefix, document prefix)
@@ -75,8 +76,9 @@ def resolve_model_path(model_path: str, cache_dir: Path, allow_download: bool = 
         path = Path(model_path).expanduser()
         if not path.is_file():
             raise ProviderError(
-                f"local embedding model {path} does not exist: set memorySearch.local.modelPath to a .gguf "
-                "file, or to hf:owner/repo/file.gguf"
+                f"local embedding model file {path} does not exist: check the path, or set "
+                "memorySearch.local.modelPath to an existing .gguf file (`mdmemory model convert SRC OUT` makes "
+                "one from a sentence-transformers folder) or to hf:owner/repo/file.gguf"
             )
         return path
     repo_id, filename = parse_hf_uri(model_path)
@@ -146,7 +148,10 @@ def read_gguf_header(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as fh:
             if fh.read(4) != b"GGUF" or read("<I") < 2:
-                raise ProviderError(f"{path} is not a GGUF model file (v2+): convert it with mdmemory.convert")
+                raise ProviderError(
+                    f"{path} is not a GGUF model file (v2+): point memorySearch.local.modelPath at a .gguf file, "
+                    "or make one from a sentence-transformers folder with `mdmemory model convert SRC OUT`"
+                )
             read("<Q")  # tensor count
             for _ in range(read("<Q")):
                 key, vtype = read_str(), read("<I")
@@ -203,6 +208,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.dims = None
         self.max_input_tokens = context_size or 512  # replaced by the real limit in load()
         self._llm: Any = None
+        self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load())
         self._lock = threading.RLock()
 
     # -- loading ------------------------------------------------------------------------------------
@@ -218,19 +224,10 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if not isinstance(n_ctx_train, int) or n_ctx_train <= 0:
                 raise ProviderError(f"{path} has no {arch}.context_length: is it a complete GGUF model?")
             n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
-            llama_cpp = _import_llama_cpp()
+            variant = probe.ensure_runs(path, n, self.threads)  # a crash here kills a child, not us
+            llama_cpp, self.cpu_backend = native.load_llama_cpp(variant)
             try:
-                llm = llama_cpp.Llama(
-                    model_path=str(path),
-                    embedding=True,
-                    n_ctx=n,
-                    n_batch=n,
-                    n_ubatch=n,
-                    flash_attn=True,
-                    n_threads=self.threads,
-                    n_threads_batch=self.threads,
-                    verbose=False,
-                )
+                llm = native.open_model(llama_cpp, str(path), n, self.threads)
             except (ValueError, RuntimeError, OSError) as exc:
                 raise ProviderError(
                     f"llama.cpp cannot load {path} ({exc}): the file is damaged or not an embedding model "
@@ -245,6 +242,11 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             llm, self._llm = self._llm, None
             if llm is not None:
                 llm.close()
+
+    def warm_up(self) -> None:
+        """Load the model now: a query's time budget does not count loading (see base.embed_query_within)."""
+        if self._llm is None:  # read without the lock: a loaded model must not wait for a running batch
+            self.load()
 
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:
@@ -297,13 +299,3 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         with self._lock:
             data = text.encode("utf-8", errors="replace")
             return list(self._llm.tokenize(data, add_bos=True, special=False))
-
-
-def _import_llama_cpp() -> Any:
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise ProviderError(f"the local provider needs llama-cpp-python: {INSTALL_HINT}") from exc
-    except OSError as exc:  # the package is there but its shared library does not load
-        raise ProviderError(f"llama-cpp-python is broken ({exc}): reinstall it: {INSTALL_HINT}") from exc
-    return llama_cpp

@@ -1,0 +1,53 @@
+"""The shared secret rules: names that carry credentials and strings that look like one."""
+
+from __future__ import annotations
+
+import pytest
+
+from mdmemory.redact import is_secret_name, looks_secret, redact_value, scrub
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("Authorization", True),
+        ("api-key", True),
+        ("apiKey", True),
+        ("x-goog-api-key", True),
+        ("access_token", True),
+        ("Cookie", True),
+        ("password", True),
+        ("X-Org", False),
+        ("Content-Type", False),
+        ("baseUrl", False),
+    ],
+)
+def test_secret_names(name: str, secret: bool) -> None:
+    assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("sk-abcdef123456", "***"),
+        ("key is sk-proj_AbC-123456 ok", "key is *** ok"),
+        ("Bearer abc.def.ghi", "Bearer ***"),
+        ("https://me:hunter2@host/v1", "https://***@host/v1"),
+        ("https://host/v1", None),
+        ("sk-short", None),
+        ("plain words", None),
+    ],
+)
+def test_secret_looking_text_is_scrubbed(text: str, shown: str | None) -> None:
+    assert looks_secret(text) is (shown is not None)
+    assert scrub(text) == (text if shown is None else shown)
+
+
+def test_redact_value_walks_objects_and_lists() -> None:
+    value = {"tokens": 400, "token": "abc", "list": [{"Authorization": "x"}, "sk-abcdef123456", "ok"], "n": 1}
+    assert redact_value(value, public={"tokens"}) == {
+        "tokens": 400,
+        "token": "<redacted>",
+        "list": [{"Authorization": "<redacted>"}, "<redacted>", "ok"],
+        "n": 1,
+    }
