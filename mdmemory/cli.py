@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
     p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")
     p.add_argument("--prune", action="store_true", help="drop indexed files whose folder is missing")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the detached worker (mdmemory.worker)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search memory (memory_search)")
@@ -97,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    if args.worker:
+        from mdmemory import worker
+
+        return worker.run(mem), _format_index
     bar = None
     progress = None
     if not args.json and sys.stderr.isatty():
@@ -129,6 +134,10 @@ def _format_index(r: dict[str, Any]) -> str:
     if r.get("held"):
         lines.append(f"kept {r['held']} indexed file(s) whose folder is missing (see `mdmemory status`)")
     lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
+    if r.get("pending"):
+        lines.append(f"{r['pending']} chunk(s) waiting for embeddings (found by keywords meanwhile)")
+    if r.get("deferred"):
+        lines.append(f"{r['deferred']} changed file(s) left for the next sync")
     if r.get("repaired"):
         lines.append(
             f"repaired: the corrupt index was moved aside to {r['repaired']['path']} and rebuilt from the files"
@@ -146,6 +155,7 @@ def check_search(args: argparse.Namespace) -> None:
 
 
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
     return mem.search(args.query, max_results=args.max_results, min_score=args.min_score), _format_search
 
 
@@ -324,7 +334,12 @@ _STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
     ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
     ("degraded", "degraded", lambda items: [d["message"] for d in items]),
     ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
-    ("pendingEmbeddings", "pending", _plain),
+    (
+        "pendingEmbeddings",
+        "pending",
+        lambda n: [f"{n} chunk(s) waiting for embeddings (found by keywords meanwhile)"] if n else [],
+    ),
+    ("worker", "worker", lambda w: [f"pid {w['pid']} ({w['purpose']}) in the background"]),
     (
         "breaker",
         "breaker",

@@ -84,6 +84,7 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "chunks": report["chunks"],
                 "embedded": report["embedded"],
                 "fromCache": report["fromCache"],
+                "pending": report["pending"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
                 **({"repaired": report["repaired"]} if report.get("repaired") else {}),

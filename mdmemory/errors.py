@@ -5,6 +5,8 @@ This module imports nothing from the rest of the package.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class MdMemoryError(Exception):
     """Base class for every error mdmemory raises on purpose."""
@@ -94,3 +96,20 @@ class LockError(MdMemoryError):
 
 class SyncCancelled(MdMemoryError):
     """A sync stopped early because the process is shutting down; every file written is complete."""
+
+
+class EmbeddingsPending(ProviderError):
+    """A sync indexed every changed file's text, but the provider failed before all chunks were embedded.
+
+    The text is searchable by keyword at once; the ``pending`` chunks get their vectors on a later sync.
+    ``cause`` is the provider's error; ``report`` the sync report (a dict).
+    """
+
+    def __init__(self, pending: int, cause: str, report: dict[str, Any]) -> None:
+        self.pending = pending
+        self.cause = cause
+        self.report = report
+        super().__init__(
+            f"{pending} chunk(s) are waiting for embeddings: {cause.rstrip('. ')}. Their text is indexed and found "
+            "by keyword search meanwhile; the next sync embeds them once the provider answers"
+        )

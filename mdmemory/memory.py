@@ -12,11 +12,11 @@ from datetime import date
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from mdmemory import agent as integration
-from mdmemory import roots
+from mdmemory import catchup, roots
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, load_config
-from mdmemory.errors import LockError, ProviderError, ProviderPaused, StoreError, SyncCancelled, WorkspaceError
+from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
 from mdmemory.indexer import Indexer, Progress, SyncReport
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider
@@ -32,8 +32,6 @@ from mdmemory.store.repair import repair_corrupt
 from mdmemory.tools import get_file, search_response
 from mdmemory.workspace import Workspace
 
-SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering...
-SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much; larger changes sync in the background
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again
 
@@ -62,6 +60,8 @@ def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Con
 
 class Memory:
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
+
+    background = "thread"  # work a search leaves behind: "thread" (long-lived processes) or "worker" (CLI)
 
     def __init__(
         self,
@@ -156,28 +156,47 @@ class Memory:
         return True
 
     def _sync(
-        self, force: bool = False, progress: Progress | None = None, wait: float = 60.0, prune: bool = False
+        self,
+        force: bool = False,
+        progress: Progress | None = None,
+        wait: float = 60.0,
+        prune: bool = False,
+        *,
+        embed: bool = True,
+        budget: float | None = None,
     ) -> SyncReport:
+        """Sync (see ``Indexer.sync``); raises EmbeddingsPending when the text is indexed but embedding failed."""
         self.last_repair = None
         try:
             try:
-                report = self._sync_store(force, progress, wait, prune)
+                report = self._sync_store(force, progress, wait, prune, embed, budget)
             except StoreError as exc:
                 if exc.kind != "corrupt" and not (force and exc.kind == "foreign"):
                     raise
                 self.last_repair = self._move_corrupt_aside(exc, wait)
-                report = self._sync_store(force, progress, wait, prune)
+                report = self._sync_store(force, progress, wait, prune, embed, budget)
         except (ProviderError, StoreError, WorkspaceError, OSError) as exc:
             self._record_error(exc)
             raise
-        self._last_error = None
         path = self.agent.store_path
         known = read_health(path).get("corrupt")
         stale = known is not None and known.get("inode") != live_inode(path)  # about a file no longer in use
-        update_health(path, lastError=None, **({"corrupt": None} if stale else {}))
+        if report.pending == 0:  # else an embedding error stays on record until the vectors are in
+            self._last_error = None
+            update_health(path, lastError=None, **({"corrupt": None} if stale else {}))
+        elif stale:
+            update_health(path, corrupt=None)
         return report
 
-    def _sync_store(self, force: bool, progress: Progress | None, wait: float, prune: bool = False) -> SyncReport:
+    def _sync_store(
+        self,
+        force: bool,
+        progress: Progress | None,
+        wait: float,
+        prune: bool = False,
+        embed: bool = True,
+        budget: float | None = None,
+    ) -> SyncReport:
         """One sync; a SQLite or file-system failure of the index comes out as a ``StoreError`` saying the fix."""
         path = self.agent.store_path
         try:
@@ -188,11 +207,11 @@ class Memory:
             self.store.ensure_writable()
             self._check_provider()
             try:
-                report = self.indexer.sync(force=force, progress=progress, wait=wait, prune=prune)
+                report = self._sync_once(force, progress, wait, embed, budget, prune)
             except ProviderError as exc:
-                if not self._take_over(exc):
+                if not self._take_over(ProviderError(exc.cause) if isinstance(exc, EmbeddingsPending) else exc):
                     raise
-                report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
+                report = self._sync_once(False, progress, wait, embed, budget, prune)  # new identity: one rebuild
             self._record_fallback()
             if self.store.get_meta("lastError") is not None:  # recorded there by older versions
                 self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
@@ -208,6 +227,19 @@ class Memory:
                 raise
             self.release_store()
             raise store_fault(exc, path) from exc
+
+    def _sync_once(
+        self, force: bool, progress: Progress | None, wait: float, embed: bool, budget: float | None, prune: bool
+    ) -> SyncReport:
+        current = self.choice
+        # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
+        keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
+        report = self.indexer.sync(
+            force=force, progress=progress, wait=wait, embed=embed, budget=budget, keep_live=keep_live, prune=prune
+        )
+        if report.embed_error is not None:
+            raise EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
+        return report
 
     def _check_provider(self) -> None:
         """With the configured provider unavailable, sync keyword-only unless that would drop vectors.
@@ -244,7 +276,10 @@ class Memory:
     def _record_error(self, exc: BaseException) -> None:
         """Keep the failure where ``status`` finds it, in every process: the health file beside the index."""
         kind = exc.kind if isinstance(exc, StoreError) else "provider" if isinstance(exc, ProviderError) else "error"
-        entry = error_entry(f"{type(exc).__name__}: {exc}", kind)
+        if isinstance(exc, EmbeddingsPending):  # the text is indexed: say what failed and how much waits
+            entry = {**error_entry(f"embedding failed: {exc.cause}", kind), "pending": exc.pending}
+        else:
+            entry = error_entry(f"{type(exc).__name__}: {exc}", kind)
         self._last_error = entry
         change: dict[str, Any] = {"lastError": entry}
         if kind == "corrupt":
@@ -303,8 +338,14 @@ class Memory:
         self.close()
 
     # -- operations --------------------------------------------------------------------------------
-    def sync(self, force: bool = False, progress: Progress | None = None, prune: bool = False) -> dict[str, Any]:
+    def sync(
+        self, force: bool = False, progress: Progress | None = None, prune: bool = False, *, embed: bool = True
+    ) -> dict[str, Any]:
         """Index new and changed memory files, drop removed ones. Returns the sync report.
+
+        Raises EmbeddingsPending (a ProviderError) when the text was indexed but the provider failed
+        before every chunk was embedded; its ``report`` is the sync report, and the next sync embeds them.
+        ``embed=False`` indexes the text only and leaves new chunks pending.
 
         Files under a missing folder are kept unless ``prune`` (or ``force``) says to drop them (mdmemory.roots).
         With ``memorySearch.enabled: false`` nothing is indexed: the report says ``disabled`` and why.
@@ -314,7 +355,7 @@ class Memory:
         """
         if not self.settings.enabled:
             return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
-        report = self._sync(force=force, progress=progress, prune=prune).to_dict()
+        report = self._sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
         if self.last_repair is not None:
             report["repaired"] = self.last_repair
         if self.provider_error is not None and self.choice.hint:
@@ -355,8 +396,9 @@ class Memory:
         vector = None
         if provider is not None and self.indexer.identity_matches():
             vector = self._embed_query(provider, query, until, notes)
-        elif provider is not None:
-            notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
+        elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
+            stored = self.store.get_meta("identity") or {}
+            notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
         outcome = run_search(
             self.store,
             query,
@@ -403,7 +445,12 @@ class Memory:
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
-        report = self._sync().to_dict() if self.settings.sync.on_session_start and self.settings.enabled else None
+        report = None
+        if self.settings.sync.on_session_start and self.settings.enabled:
+            try:
+                report = self._sync().to_dict()
+            except EmbeddingsPending as exc:  # the text is indexed; status shows what waits for embeddings
+                report = exc.report
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
@@ -449,46 +496,8 @@ class Memory:
         return build_status(self)
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:
-        """Catch up before answering: a small change is synced now, a large one in the background.
-
-        Returns (stale, notes). Never rebuilds the index and never waits for another writer.
-        """
-        if self.store.get_meta("identity") is not None and not self.indexer.identity_matches():
-            return False, []
-        changed = self.indexer.changed_files()
-        if not changed:
-            return False, []
-        if self._background is not None and self._background.is_alive():
-            return True, ["a sync is running in the background; results may be a few seconds old"]
-        size = sum(n for _, _, n in changed)
-        if len(changed) > SMALL_CHANGE_FILES or size > SMALL_CHANGE_BYTES:
-            self._background = threading.Thread(target=self._background_sync, name="mdmemory-search-sync", daemon=True)
-            self._background.start()
-            return True, [f"{len(changed)} changed file(s) are being indexed in the background"]
-        try:
-            report = self._sync(wait=0)
-        except LockError:
-            return True, ["another process is indexing; results may be a few seconds old"]
-        except WorkspaceError as exc:
-            return True, [str(exc)]
-        except ProviderError as exc:
-            return True, [f"could not embed changed files; results may be stale: {exc}"]
-        except StoreError as exc:  # a full disk or a read-only index: answer from what it holds
-            return True, [f"changed files could not be indexed; results may be stale: {exc}"]
-        return False, [f"{e['path']}: {e['error']}" for e in report.errors]
-
-    def _background_sync(self) -> None:
-        """A sync on its own connection, so this object's connection keeps serving searches."""
-        other = Memory(self.agent, self.config, choice=self.choice, env=self.env)
-        other.should_stop = self._closing.is_set
-        try:
-            try:
-                other._sync(wait=0)
-            except (LockError, ProviderError, StoreError, SyncCancelled, WorkspaceError, OSError):
-                pass  # recorded in the index meta as lastError by _sync; status shows it
-        finally:
-            if other._store is not None:
-                other._store.close()  # the provider is shared with this object: do not close it
+        """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
+        return catchup.before_search(self)
 
 
 def _about_store(exc: OSError, store_path: os.PathLike[str]) -> bool:

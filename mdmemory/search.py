@@ -12,6 +12,9 @@ Scoring rules (also in the README):
   normalised relative to the best); a chunk's keyword score is the best of its normalised scores.
 - Every candidate is scored on both sides: a chunk found only by keywords gets its stored vectors
   similarity to the query (a chunk's vector score is its best vector: whole chunk or one of its windows).
+- A chunk with no vector yet (written by a sync whose embeddings are pending, e.g. during a provider outage)
+  is scored as in keyword-only mode: its keyword score alone (RRF: its keyword rank's share), and ``minScore``
+  does not hide it, so a new note is found by its keywords while its vectors are missing.
 - Weighted fusion (default): ``vectorWeight * vector + textWeight * keyword`` (weights sum to 1).
   Reciprocal-rank fusion: ``sum(weight / (k + rank))`` divided by its maximum ``1 / (k + 1)``.
 - Temporal decay (``hybrid.temporalDecay``, off by default) multiplies the score of a dated daily log
@@ -233,6 +236,18 @@ def low_confidence_picks(scores: dict[int, float], limit: int, share: float = LO
     return [rid for rid in ranked if scores[rid] >= floor]
 
 
+def keyword_only_scores(
+    ids: set[int], text: dict[int, float], text_ranked: Sequence[int], hybrid: HybridConfig, mode: str
+) -> dict[int, float]:
+    """Scores for candidates that have no vector yet (embedding pending): the keyword side alone, its weight
+    renormalised to 1, so the vector weight does not bury them. Weighted fusion and vector mode give the
+    keyword score; RRF gives the keyword rank's term divided by its best value."""
+    if mode == "hybrid" and hybrid.fusion == "rrf":
+        rank = {rid: i for i, rid in enumerate(text_ranked, start=1)}
+        return {rid: (hybrid.rrf_k + 1) / (hybrid.rrf_k + rank[rid]) for rid in ids}
+    return {rid: text[rid] for rid in ids}
+
+
 def log_date(path: str) -> date | None:
     """The date of a daily log from its workspace-relative path; None for MEMORY.md and undated files."""
     m = _DAILY.match(path.replace("\\", "/"))
@@ -354,17 +369,23 @@ def search(
     up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
-    use_keywords = query_vector is None or hybrid.enabled
+    # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
+    use_keywords = query_vector is None or hybrid.enabled or store.pending_count() > 0
     vec_ranked: list[tuple[int, float]] = store.knn(query_vector, candidates) if query_vector is not None else []
     vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
     text_scores = _keyword_scores(store, query, terms, candidates, keyword_score) if use_keywords else {}
-    if query_vector is not None and hybrid.enabled:
+    no_vector: set[int] = set()
+    if query_vector is not None and text_scores:
         # Score every candidate on both sides: a chunk found only by keywords gets its real vector
         # similarity rather than 0, so the vector weight does not bury exact keyword hits.
         unseen = [rid for rid in text_scores if rid not in vec_scores]
-        for rid, sim in store.chunk_similarities(unseen, query_vector).items():
-            vec_scores[rid] = min(1.0, max(0.0, sim))
+        similarities = store.chunk_similarities(unseen, query_vector)
+        no_vector = {rid for rid in unseen if rid not in similarities}
+        if hybrid.enabled:
+            for rid, sim in similarities.items():
+                vec_scores[rid] = min(1.0, max(0.0, sim))
 
+    text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
     if query_vector is None:
         mode = "keyword"
         scores = dict(text_scores)
@@ -373,27 +394,29 @@ def search(
         scores = dict(vec_scores)
     elif hybrid.fusion == "rrf":
         mode = "hybrid"
-        text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
         scores = fuse_rrf(
             [r for r, _ in vec_ranked], text_ranked, hybrid.vector_weight, hybrid.text_weight, hybrid.rrf_k
         )
     else:
         mode = "hybrid"
         scores = fuse_weighted(vec_scores, text_scores, hybrid.vector_weight, hybrid.text_weight)
+    if no_vector:
+        scores.update(keyword_only_scores(no_vector, text_scores, text_ranked, hybrid, mode))
 
     low: set[int] = set()
     notes: list[str] = []
     if mode != "keyword":
-        below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid)]
+        below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid) and rid not in no_vector]
         exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
         if scores and max(scores.values()) < min_score:
-            low = set(low_confidence_picks(scores, min(low_confidence_results, max_results))) - exact
+            low = set(low_confidence_picks(scores, min(low_confidence_results, max_results))) - exact - no_vector
             if low:
                 notes.append(
                     f"no result reached minScore {min_score:g}; the {len(low)} closest are shown with "
                     "lowConfidence: true and may be unrelated: read them before relying on them"
                 )
-        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact or rid in low}
+        kept = exact | no_vector | low
+        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in kept}
     decay, mmr = hybrid.temporal_decay, hybrid.mmr
     reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mdmemory import roots
+from mdmemory import catchup, roots
 from mdmemory.errors import StoreError
 from mdmemory.indexer import Indexer, is_utf8, printable
 from mdmemory.providers.base import EmbeddingProvider
@@ -37,7 +37,16 @@ STORE_STATES = {
     "io": "io-error",
 }
 LOW_SPACE_BYTES = 1 << 20  # less free space than this next to the index is reported as a full disk
-_INDEX_FIELDS = ("files", "chunks", "vectors", "cacheEntries", "indexProvider", "indexModel", "lastSync")
+_INDEX_FIELDS = (
+    "files",
+    "chunks",
+    "vectors",
+    "pendingEmbeddings",
+    "cacheEntries",
+    "indexProvider",
+    "indexModel",
+    "lastSync",
+)
 
 
 def build_status(mem: Memory) -> dict[str, Any]:
@@ -86,6 +95,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
         **index,
         "lastError": _shown_error(last_error),
         "watcher": read_watch_state(mem.agent),
+        "worker": catchup.worker_state(mem),
         "warnings": warnings,
     }
     if choice.fallback:
@@ -125,6 +135,7 @@ def _index_fields(
         "files": counts["files"],
         "chunks": counts["chunks"],
         "vectors": counts["vectors"],
+        "pendingEmbeddings": store.pending_count(),  # chunks found by keywords, their vectors still missing
         "cacheEntries": counts["cacheEntries"],
         "indexProvider": identity.get("provider"),
         "indexModel": identity.get("model"),
@@ -196,13 +207,7 @@ def _degraded(mem: Memory, choice: ProviderChoice, index: dict[str, Any], matche
             }
         )
     elif not matches:
-        out.append(
-            {
-                "reason": "index-mismatch",
-                "message": f"the index holds {index['indexProvider']} ({index['indexModel']}) vectors, not "
-                f"{choice.name}'s: searches use keywords only until `mdmemory index` (or the watcher) rebuilds it",
-            }
-        )
+        out.append({"reason": "index-mismatch", "message": catchup.mismatch_note(mem)})
     if choice.fallback:
         out.append(
             {

@@ -365,6 +365,11 @@ class FakeOpenAIServer:
         with self._state.lock:
             self._state.faults.extend(faults)
 
+    def clear_faults(self) -> None:
+        """Drop every queued fault (an outage ends)."""
+        with self._state.lock:
+            self._state.faults.clear()
+
     @property
     def pending_faults(self) -> int:
         with self._state.lock:

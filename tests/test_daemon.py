@@ -148,20 +148,32 @@ def test_provider_outage_is_retried_while_keyword_search_works(workspace: Path, 
             "provider": "openai",
             "remote": {"baseUrl": server.url, "maxRetries": 1, "dimensions": 8},
             "sync": {"watchDebounceMs": 200, "onSearch": False},
+            "breaker": {"coolDownSeconds": 1, "maxCoolDownSeconds": 1},  # paused briefly: the test waits less
         }
         cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
         with Memory(load_config(cfg).agent()) as mem:
             mem.sync()
-        server.enqueue(Fault.server_error(), Fault.server_error())
+        server.enqueue(*[Fault.server_error()] * 4)  # two failed syncs: the first retry comes 2 s later, then 4 s
         write(workspace / "memory" / "2026-07-01.md", "the outage note about the heron")
         d = Daemon(cfg)
         try:
             error = d.wait_for(lambda e: e["event"] == "error" and "retryInSeconds" in e)
-            assert error["retryInSeconds"] >= 1
-            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile
+            assert error["retryInSeconds"] >= 1 and "waiting for embeddings" in error["error"]
+            # during the backoff a new file is still indexed after the debounce, as text only
+            write(workspace / "memory" / "2026-07-02.md", "the second outage note about the otter")
+            text_only = d.wait_for(lambda e: e["event"] == "sync" and e["pending"] == 2, timeout=5)
+            assert text_only["indexed"] == 1 and text_only["embedded"] == 0
+            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile...
                 assert reader.search("gate code")["results"][0]["path"] == "MEMORY.md"
+                # ...and the notes written during the outage are already found by their keywords
+                assert reader.search("outage heron")["results"][0]["path"] == "memory/2026-07-01.md"
+                assert reader.search("outage otter")["results"][0]["path"] == "memory/2026-07-02.md"
+                assert reader.status()["pendingEmbeddings"] == 2
             recovered = d.wait_for(lambda e: e["event"] == "sync" and e["embedded"] >= 1, timeout=30)
-            assert recovered["indexed"] >= 1
+            assert recovered["pending"] == 0 and recovered["embedded"] == 2
+            with Memory(load_config(cfg).agent()) as reader:
+                status = reader.status()
+                assert status["pendingEmbeddings"] == 0 and status["vectors"] == status["chunks"] == 3
         finally:
             assert d.stop() == 0
 

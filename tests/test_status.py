@@ -125,7 +125,9 @@ def test_status_mode_agrees_with_search_in_every_configuration(
         assert search["results"], name
     assert cases[0][1].status()["mode"] == "hybrid" and cases[4][1].status()["mode"] == "hybrid"
 
-    other = make_memory()  # the index was built with 64 dims; this process's provider makes 32
+    # the index was built with 64 dims; this process's provider makes 32 (without onSearch, so that a search
+    # does not start the rebuild that would make the two disagree)
+    other = make_memory({"sync": {"onSearch": False}})
     other._choice = ProviderChoice(HashEmbeddingProvider(dims=32), "hash")
     search, status = other.search("heron1x3"), other.status()
     assert search["mode"] == status["mode"] == "keyword"

@@ -227,10 +227,15 @@ class Store:
         """Record a new mtime/size for a file whose content hash did not change."""
         self.conn.execute("UPDATE files SET mtime = ?, size = ? WHERE path = ?", (mtime, size, path))
 
-    def replace_file(self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors] | None) -> None:
+    def replace_file(
+        self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors | None] | None
+    ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` and their vectors in one transaction.
 
         ``vectors[i]`` holds chunk i's vectors: one per embedded window, each with the hash of its input.
+        ``vectors[i] is None`` writes the chunk without vectors and marks it pending (keyword search finds
+        it at once; ``add_vectors`` fills it in later). ``vectors`` None means an index without vectors.
+        Returns the new chunk ids, in order.
         """
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
@@ -245,12 +250,18 @@ class Store:
                 )
                 ids.append(int(cur.lastrowid))
             if vectors is not None and len(ids):
-                self._insert_vectors(ids, vectors)
+                known = [(cid, cv) for cid, cv in zip(ids, vectors, strict=True) if cv is not None]
+                self._insert_vectors([cid for cid, _ in known], [cv for _, cv in known])
+                self.conn.executemany(
+                    "INSERT INTO pending_embeddings(chunk_id) VALUES (?)",
+                    [(cid,) for cid, cv in zip(ids, vectors, strict=True) if cv is None],
+                )
             self.conn.execute(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size, encoding_errors, chunks, indexed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, len(ids), time.time()),
             )
+        return ids
 
     def delete_file(self, path: str) -> None:
         """Remove a file and every row derived from it, in one transaction."""
@@ -271,6 +282,9 @@ class Store:
             if self._has_bits():
                 self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
             self.conn.executemany("DELETE FROM vectors WHERE id = ?", ids)
+        self.conn.execute(
+            "DELETE FROM pending_embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE path = ?)", (path,)
+        )
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
 
     # -- vectors ----------------------------------------------------------------------------------
@@ -324,6 +338,47 @@ class Store:
         if self.vec_dims() is None:
             return 0
         return int(self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
+
+    # -- pending embeddings -----------------------------------------------------------------------
+    def pending_count(self) -> int:
+        """How many chunks are indexed for keywords but still wait for their vectors."""
+
+        def count() -> int:
+            try:
+                return int(self.conn.execute("SELECT count(*) FROM pending_embeddings").fetchone()[0])
+            except sqlean.OperationalError:  # an index older than migration 3, opened read-only
+                return 0
+
+        return int(self._memoised("pending", count))
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
+        """Up to ``limit`` pending chunks with ids above ``after_id``, in id order."""
+        rows = self.conn.execute(
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.embed_hash, c.heading, c.text "
+            "FROM pending_embeddings p JOIN chunks c ON c.id = p.chunk_id WHERE p.chunk_id > ? "
+            "ORDER BY p.chunk_id LIMIT ?",
+            (int(after_id), int(limit)),
+        ).fetchall()
+        return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
+
+    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
+        """Write the vectors of pending chunks in one transaction and clear their pending marks.
+
+        A chunk that is no longer pending with the same text (its file was re-indexed meanwhile by another
+        process) is skipped. Returns how many chunks got their vectors.
+        """
+        with self._tx():
+            ready: list[tuple[int, ChunkVectors]] = []
+            for chunk, vectors in items:
+                cur = self.conn.execute(
+                    "DELETE FROM pending_embeddings WHERE chunk_id = ? "
+                    "AND EXISTS (SELECT 1 FROM chunks WHERE id = ? AND embed_hash = ?)",
+                    (chunk.id, chunk.id, chunk.embed_hash),
+                )
+                if cur.rowcount == 1 and chunk.id is not None:
+                    ready.append((chunk.id, vectors))
+            self._insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
+        return len(ready)
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
