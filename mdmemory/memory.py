@@ -20,9 +20,9 @@ from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, St
 from mdmemory.indexer import Indexer, Progress, SyncReport
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
-from mdmemory.providers.factory import ProviderChoice, build, choose
+from mdmemory.providers.factory import ProviderChoice
 from mdmemory.search import search as run_search
+from mdmemory.selection import ProviderSelection
 from mdmemory.status import build_status
 from mdmemory.store import Store
 from mdmemory.store.connection import DatabaseError
@@ -31,10 +31,6 @@ from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, re
 from mdmemory.store.repair import repair_corrupt
 from mdmemory.tools import get_file, search_response
 from mdmemory.workspace import Workspace
-
-FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
-PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again
-
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -58,7 +54,7 @@ def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Con
     return wrapper
 
 
-class Memory:
+class Memory(ProviderSelection):
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
 
     background = "thread"  # work a search leaves behind: "thread" (long-lived processes) or "worker" (CLI)
@@ -92,68 +88,6 @@ class Memory:
         """Load the configuration (``config_path``, ``MDMEMORY_CONFIG`` or the default) and pick an agent."""
         config = load_config(config_path)
         return cls(config.agent(agent), config)
-
-    # -- lazily built parts ------------------------------------------------------------------------
-    @property
-    def choice(self) -> ProviderChoice:
-        """The provider in use. One that cannot be created (no API key, no model file) and has no fallback
-        leaves search keyword-only, with the reason in ``hint``; creating it is tried again every
-        ``PROVIDER_RETRY_SECONDS``."""
-        retry = self.provider_error is not None and time.monotonic() - self._choice_at > PROVIDER_RETRY_SECONDS
-        if self._choice is None or retry:
-            try:
-                self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
-                self.provider_error = None
-            except ProviderError as exc:
-                self.provider_error = exc
-                hint = f"provider unavailable: {exc}; searching by keywords only until it is fixed"
-                self._choice = ProviderChoice(None, self.settings.provider, hint=hint)
-            self._choice_at = time.monotonic()
-            self._indexer = None
-        if self._choice.provider is not None and self._choice.provider.breaker is None:
-            self._choice.provider.breaker = self._breaker(self._choice.provider)
-        return self._choice
-
-    def _breaker(self, provider: EmbeddingProvider) -> CircuitBreaker:
-        """The provider's circuit breaker on this index, shared with other processes (providers/breaker.py)."""
-        b = self.settings.breaker
-        policy = BreakerPolicy(b.failures, b.cool_down_seconds, b.max_cool_down_seconds)
-        return breaker_for(self.agent.store_path, provider.provider_key, provider.id, provider.model, policy)
-
-    def _persisted_fallback(self) -> ProviderChoice | None:
-        """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
-        try:
-            state = self.store.get_meta("fallback")
-        except (StoreError, DatabaseError):
-            return None  # a broken index has no fallback to keep; the store's state is reported on its own
-        if not state or state.get("to") != self.settings.fallback:
-            return None
-        if _expired(state):
-            return None
-        try:
-            provider = build(state["to"], self.settings, self.agent.home, self.env)  # fallback: its own model
-        except ProviderError:
-            return None
-        reason = {"from": state["from"], "reason": state["reason"]}
-        return ProviderChoice(provider, self.settings.provider, fallback=reason)
-
-    def _take_over(self, exc: ProviderError) -> bool:
-        """Switch to the configured fallback after the primary kept failing; False if there is none."""
-        current = self.choice
-        target = self.settings.fallback
-        if target == "none" or target == current.name or current.fallback:
-            return False
-        if deadline.current() is not None:  # inside a search's time budget: the next sync switches and rebuilds
-            return False
-        try:
-            provider = build(target, self.settings, self.agent.home, self.env)
-        except ProviderError:
-            return False
-        if current.provider is not None:
-            current.provider.close()
-        self._choice = ProviderChoice(provider, current.requested, fallback={"from": current.name, "reason": str(exc)})
-        self._indexer = None
-        return True
 
     def _sync(
         self,
@@ -286,26 +220,6 @@ class Memory:
             inode = self._store.inode if self._store is not None else live_inode(self.agent.store_path)
             change["corrupt"] = {"inode": inode, "at": entry["at"], "error": str(exc)[:MAX_MESSAGE_CHARS]}
         update_health(self.agent.store_path, **change)  # False on a read-only folder: status computes it
-
-    def _follow_shared_state(self) -> None:
-        """Pick up a swapped index, and drop a fallback that another process has already ended."""
-        self.store.refresh()
-        if self._choice is not None and self._choice.fallback is not None:
-            state = self.store.get_meta("fallback")
-            if state is None or _expired(state):
-                if self._choice.provider is not None:
-                    self._choice.provider.close()
-                self._choice = None
-                self._indexer = None
-
-    def _record_fallback(self) -> None:
-        fb = self.choice.fallback
-        state = self.store.get_meta("fallback")
-        if fb is None:
-            if state is not None:
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
-        elif state is None or state.get("from") != fb["from"] or _expired(state):
-            self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
 
     @property
     def store(self) -> Store:
@@ -507,10 +421,6 @@ def _about_store(exc: OSError, store_path: os.PathLike[str]) -> bool:
     if name is None:
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
     return os.path.dirname(os.path.realpath(os.fsdecode(name))) in (folder, os.path.dirname(os.fspath(store_path)))
-
-
-def _expired(state: dict[str, Any]) -> bool:
-    return time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS
 
 
 def _iso(ts: float) -> str:

@@ -28,7 +28,8 @@ Scoring rules (also in the README):
   query term (case- and accent-insensitive; CJK terms as substrings) is kept whatever its score. In
   keyword-only mode (no provider, or the query could not be embedded) every candidate literally contains
   a query term, so ``minScore`` is not applied at all.
-- ``minScore`` never empties an answer that has candidates: when no candidate reaches it, the best
+- ``minScore`` never empties an answer that has candidates: when no candidate reaches it and no exact keyword
+  hit or not-yet-embedded keyword match is kept (those already answer, and rank by their own scores), the best
   ``lowConfidenceResults`` (default 3, at most ``maxResults``) of those scoring at least
   ``LOW_CONFIDENCE_SHARE`` of the best score are returned anyway, each marked ``low_confidence``, with a
   note saying that nothing reached ``minScore``. The top-ranked candidate is therefore always returned
@@ -408,7 +409,7 @@ def search(
     if mode != "keyword":
         below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid) and rid not in no_vector]
         exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
-        if scores and max(scores.values()) < min_score:
+        if scores and max(scores.values()) < min_score and not exact and not no_vector:  # an answer exists
             low = set(low_confidence_picks(scores, min(low_confidence_results, max_results))) - exact - no_vector
             if low:
                 notes.append(

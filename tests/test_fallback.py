@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from mdmemory.memory import FALLBACK_RETRY_SECONDS, Memory
+from mdmemory.memory import Memory
 from mdmemory.search import search as run_search
+from mdmemory.selection import FALLBACK_RETRY_SECONDS
 from mdmemory.store import Store
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer, Fault
