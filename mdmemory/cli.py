@@ -19,6 +19,7 @@ from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
+from mdmemory.store.faults import human_size
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -50,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
-    p.add_argument("--force", action="store_true", help="rebuild the whole index")
+    p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")
+    p.add_argument("--prune", action="store_true", help="drop indexed files whose folder is missing")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the detached worker (mdmemory.worker)
     p.set_defaults(func=cmd_index)
 
     p = sub.add_parser("search", parents=[common], help="search memory (memory_search)")
@@ -96,6 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 # -- commands ------------------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    if args.worker:
+        from mdmemory import worker
+
+        return worker.run(mem), _format_index
     bar = None
     progress = None
     if not args.json and sys.stderr.isatty():
@@ -109,7 +116,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
             bar.update(done - bar.n)
 
     try:
-        report = mem.sync(force=args.force, progress=progress)
+        report = mem.sync(force=args.force, progress=progress, prune=args.prune)
     finally:
         if bar is not None:
             bar.close()
@@ -125,7 +132,18 @@ def _format_index(r: dict[str, Any]) -> str:
         f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
     ]
     lines += [f"skipped {display_name(s['path'])}: {s['reason']}" for s in r["skipped"]]
+    if r.get("held"):
+        lines.append(f"kept {r['held']} indexed file(s) whose folder is missing (see `mdmemory status`)")
     lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
+    if r.get("pending"):
+        lines.append(f"{r['pending']} chunk(s) waiting for embeddings (found by keywords meanwhile)")
+    if r.get("deferred"):
+        lines.append(f"{r['deferred']} changed file(s) left for the next sync")
+    if r.get("repaired"):
+        lines.append(
+            f"repaired: the corrupt index was moved aside to {r['repaired']['path']} and rebuilt from the files"
+        )
+    lines += [f"warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
 
 
@@ -138,6 +156,7 @@ def check_search(args: argparse.Namespace) -> None:
 
 
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
+    mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
     result = mem.search(args.query, max_results=args.max_results, min_score=args.min_score, session_kind=args.kind)
     return result, _format_search
 
@@ -148,7 +167,9 @@ def _format_search(r: dict[str, Any]) -> str:
         head += f" ({r['model']})"
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
-        out.append(f"\n{i}. {display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}  score {hit['score']:.3f}")
+        low = "  (low confidence)" if hit.get("lowConfidence") else ""
+        where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
+        out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")
@@ -179,6 +200,7 @@ def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, 
 
 def watch_main(args: argparse.Namespace) -> int:
     """Run the watch daemon until SIGINT/SIGTERM; every event is one JSON line on stdout."""
+    import queue
     import signal
     import threading
 
@@ -186,12 +208,19 @@ def watch_main(args: argparse.Namespace) -> int:
     from mdmemory.config import load_config
 
     stop = threading.Event()
-    lock = threading.Lock()
+    # Lines go through a reentrant queue to one writer thread: the signal handler below runs on the main
+    # thread, which may be inside emit() at that moment, so emit must never take a lock (a deadlock).
+    lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+
+    def write_lines() -> None:
+        while (line := lines.get()) is not None:
+            print(line, flush=True)
+
+    writer = threading.Thread(target=write_lines, name="mdmemory-log", daemon=True)
+    writer.start()
 
     def emit(event: dict[str, Any]) -> None:
-        line = json.dumps({"ts": round(time.time(), 3), **event}, ensure_ascii=False)
-        with lock:
-            print(line, flush=True)
+        lines.put(json.dumps({"ts": round(time.time(), 3), **event}, ensure_ascii=False))
 
     def on_signal(signum: int, _frame: object) -> None:
         emit({"event": "stopping", "signal": signal.Signals(signum).name})
@@ -206,6 +235,9 @@ def watch_main(args: argparse.Namespace) -> int:
         return _fail(exc, EXIT_USAGE, True)
     except MdMemoryError as exc:
         return _fail(exc, EXIT_RUNTIME, True)
+    finally:
+        lines.put(None)
+        writer.join(10)
     return EXIT_OK
 
 
@@ -230,23 +262,93 @@ def cmd_model_convert(
 
 
 def _format_status(s: dict[str, Any]) -> str:
+    files = "unknown (the index cannot be read)" if s["files"] is None else None
     lines = [
         f"agent       {s['agent']}",
         f"workspace   {s['workspace']}",
         f"store       {s['store']}",
         f"provider    {s['provider']}"
         + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
+        + (f", requested {s['requestedProvider']}" if s["requestedProvider"] not in (s["provider"], "auto") else "")
         + f" · {s['mode']} search",
-        f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors",
+        f"indexed     {files}"
+        if files
+        else f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors, "
+        f"{s['cacheEntries']} cached embeddings",
         f"last sync   {s['lastSync'] or 'never'}"
         + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
-        f"stale       {len(s['staleFiles'])} file(s)",
+        f"stale       {len(s['staleFiles'])} file(s)" if files is None else "stale       unknown",
     ]
+    if s["indexProvider"] and (s["indexProvider"], s["indexModel"]) != (s["provider"], s["model"]):
+        built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")
+        lines.insert(5, f"index       built by {built}")
     lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
-    if s.get("fallback"):
-        lines.append(f"fallback    from {s['fallback']['from']}: {s['fallback']['reason']}")
-    lines += [f"warning     {w}" for w in s["warnings"]]
+    said = {d["message"] for d in s.get("degraded", [])}
+    s = {**s, "warnings": [w for w in s.get("warnings", []) if w not in said]}  # once is loud enough
+    for key, label, render in _STATUS_FIELDS:
+        if s.get(key) not in (None, [], {}, ""):
+            lines += [f"{label:<11} {text}" for text in render(s[key])]
     return "\n".join(lines)
+
+
+def _store_state_lines(state: dict[str, Any]) -> list[str]:
+    head = state["state"] + (f": {state['message']}" if state.get("message") else "")
+    if state["state"] == "full" and state.get("freeBytes") is not None:
+        head += f" ({human_size(state['freeBytes'])} free now)"
+    moved = [f"corrupt index moved aside {m['at']} to {m['path']}, rebuilt from the files" for m in state["movedAside"]]
+    return [head, *moved]
+
+
+def _watcher_lines(w: dict[str, Any]) -> list[str]:
+    if w.get("running"):
+        line = f"running · {w.get('mode')} · pid {w.get('pid')}"
+        if w.get("since"):
+            line += f" · since {_iso(w['since'])}"
+        if w.get("fallbackReason"):
+            line += f" (polling because {w['fallbackReason']})"
+        if w.get("armed") is False:
+            line += f" · NOT watching: waiting for {w.get('waitingFor')} to exist"
+        elif w.get("rearms"):
+            line += f" · re-armed {w['rearms']} time(s)"
+        return [line] + ([f"its last sync failed: {w['lastError']}"] if w.get("lastError") else [])
+    if w.get("lastPid"):
+        return [f"not running (pid {w['lastPid']} last seen {_iso(w.get('lastHeartbeat') or 0)})"]
+    return ["not running (`mdmemory watch` keeps the index fresh)"]
+
+
+def _plain(value: Any) -> list[str]:
+    """Any other status value as text: a list item per line, a dict as key=value pairs."""
+    if isinstance(value, list):
+        return [t for item in value for t in _plain(item)]
+    if isinstance(value, dict):
+        return [", ".join(f"{k}={v}" for k, v in value.items() if v not in (None, "", [], {}))]
+    return [str(value)]
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(ts)))
+
+
+# Optional status fields, printed when present and not empty: (key, label, lines of text). One line per field.
+_STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
+    ("storeState", "store state", _store_state_lines),
+    ("watcher", "watcher", _watcher_lines),
+    ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
+    ("degraded", "degraded", lambda items: [d["message"] for d in items]),
+    ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
+    (
+        "pendingEmbeddings",
+        "pending",
+        lambda n: [f"{n} chunk(s) waiting for embeddings (found by keywords meanwhile)"] if n else [],
+    ),
+    ("worker", "worker", lambda w: [f"pid {w['pid']} ({w['purpose']}) in the background"]),
+    (
+        "breaker",
+        "breaker",
+        lambda b: [] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
+    ),
+    ("warnings", "warning", lambda items: [str(w) for w in items]),
+]
 
 
 # -- entry point ---------------------------------------------------------------------------------------

@@ -124,9 +124,20 @@ class HybridConfig:
 class QueryConfig:
     max_results: int = 6
     min_score: float = 0.35
+    low_confidence_results: int = 3  # when nothing reaches min_score, return up to this many, marked (0: none)
     keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
     citations: CitationsMode = "auto"  # memory_search cites path#Lx-Ly: auto = in main sessions only
+    embed_timeout_ms: int = 2000  # a search waits at most this long for embeddings, then answers from keywords
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    """Pause a provider that keeps failing, for every process using the index (providers/breaker.py)."""
+
+    failures: int = 2  # consecutive failed calls that open the breaker
+    cool_down_seconds: float = 30.0  # first pause; doubles after each failed probe...
+    max_cool_down_seconds: float = 300.0  # ...up to this
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,7 @@ class MemorySearchConfig:
     sync: SyncConfig = field(default_factory=SyncConfig)
     query: QueryConfig = field(default_factory=QueryConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
     extra_paths: tuple[str, ...] = ()
     max_file_bytes: int = 5 * 1024 * 1024
 
@@ -255,7 +267,9 @@ RANGES: dict[str, _Range] = {
     "sync.watchDebounceMs": _Range(0, 600_000),
     "sync.intervalMinutes": _Range(0),
     "query.maxResults": _Range(1, 100),
+    "query.lowConfidenceResults": _Range(0, 100),
     "query.minScore": _Range(0, 1),
+    "query.embedTimeoutMs": _Range(1, 600_000),
     "query.hybrid.vectorWeight": _Range(0),  # and not both 0, checked after merging
     "query.hybrid.textWeight": _Range(0),
     "query.hybrid.candidateMultiplier": _Range(1, 50),
@@ -263,6 +277,9 @@ RANGES: dict[str, _Range] = {
     "query.hybrid.mmr.lambda": _Range(0, 1),
     "query.hybrid.temporalDecay.halfLifeDays": _Range(0, lo_open=True),
     "cache.maxEntries": _Range(0),
+    "breaker.failures": _Range(1, 1000),
+    "breaker.coolDownSeconds": _Range(0, 86_400),
+    "breaker.maxCoolDownSeconds": _Range(0, 86_400),
     "maxFileBytes": _Range(1),
 }
 # Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.

@@ -2,27 +2,29 @@
 
 Per agent: a watch lock beside the index (one daemon per agent), a ``SyncService`` with its own
 connection, a ``MemoryWatcher``, and a small state file (``<index>.watch.json``: pid, watcher mode,
-heartbeat) so ``status`` in another process can tell whether the watcher is really alive. A supervisor
-loop restarts a watcher whose observer thread died and logs it. Events are reported through ``emit`` as
-dicts; the CLI prints them as JSON lines.
+whether it is armed or waiting for a missing workspace, heartbeat) so ``status`` in another process can
+tell whether the watcher is really alive and watching. A supervisor loop restarts a watcher whose observer
+thread died and logs it, and logs every change between ``watching`` and ``waiting``. A missing workspace
+does not stop the daemon: the watcher waits for it, then arms and resyncs. Events are reported through
+``emit`` as dicts; the CLI prints them as JSON lines.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from filelock import FileLock, Timeout
 
 from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import LockError
+from mdmemory.errors import LockError, StoreError
 from mdmemory.memory import Memory
+from mdmemory.statefile import write_state_file
 from mdmemory.sync import SyncService
 from mdmemory.watcher import MemoryWatcher
 from mdmemory.watchstate import state_path
@@ -38,22 +40,22 @@ class AgentWatch:
     service: SyncService
     watcher: MemoryWatcher
     started: float
+    reported: tuple[bool, str | None, int] | None = None  # (armed, waitingFor, rearms) last logged
+    state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
+    state_error: str | None = None
 
     def write_state(self) -> None:
         state = {
             "pid": os.getpid(),
             "agent": self.agent.id,
-            "mode": self.watcher.mode,
-            "fallbackReason": self.watcher.fallback_reason,
+            **self.watcher.state(),
             "since": self.started,
             "heartbeat": time.time(),
             "syncs": self.service.state.syncs,
             "lastError": self.service.state.last_error,
         }
-        path = state_path(self.agent)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, path)
+        with self.state_lock:
+            write_state_file(state_path(self.agent), state)  # in place when the disk is full
 
 
 def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, polling: bool | None = None) -> AgentWatch:
@@ -67,6 +69,8 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
             f"another `mdmemory watch` is already running for agent {agent.id!r} (lock {lock.lock_file}); "
             "stop it first, or run this one for other agents with --agent"
         ) from exc
+    except OSError as exc:
+        raise StoreError(f"cannot take the watch lock {lock.lock_file}: {exc}; make the index folder writable") from exc
     sync = agent.memory_search.sync
 
     def on_report(report: dict[str, Any]) -> None:
@@ -80,8 +84,10 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
                 "chunks": report["chunks"],
                 "embedded": report["embedded"],
                 "fromCache": report["fromCache"],
+                "pending": report["pending"],
                 "errors": report["errors"],
                 "rebuilt": report["rebuilt"],
+                **({"repaired": report["repaired"]} if report.get("repaired") else {}),
                 "ms": round(report["seconds"] * 1000),
             }
         )
@@ -107,7 +113,9 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
             on_error=on_error,
             name=f"mdmemory-sync-{agent.id}",
         )
-        watcher = MemoryWatcher(service.memory.workspace, service.mark_dirty, polling=polling)
+        watcher = MemoryWatcher(
+            service.memory.workspace, service.mark_dirty, polling=polling, on_armed=service.request_sync
+        )
         service.start()
         watcher.start()
     except BaseException:
@@ -115,23 +123,45 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
         raise
     service.request_sync()
     watch = AgentWatch(agent, lock, service, watcher, time.time())
-    watch.write_state()
-    emit(
-        {
-            "event": "watching",
-            "agent": agent.id,
-            "workspace": str(watcher.workspace.root),
-            "mode": watcher.mode,
-            "fallbackReason": watcher.fallback_reason,
-        }
-    )
+    with contextlib.suppress(OSError):  # retried every heartbeat, which reports a failure
+        watch.write_state()
+    report_watcher(watch, emit)
+
+    def on_state() -> None:  # the guard armed or lost the workspace: say so now, not at the next heartbeat
+        report_watcher(watch, emit)
+        with contextlib.suppress(OSError):
+            watch.write_state()
+
+    watcher.on_state = on_state
     return watch
+
+
+def report_watcher(watch: AgentWatch, emit: Emit) -> None:
+    """Log ``watching`` when the watcher (re-)armed and ``waiting`` when it lost its workspace, once each."""
+    w = watch.watcher
+    now = (w.armed, w.waiting_for, w.rearms)
+    with watch.state_lock:
+        if now == watch.reported:
+            return
+        watch.reported = now
+    event: dict[str, Any] = {"agent": watch.agent.id, "workspace": str(w.workspace.root)}
+    if w.armed:
+        event.update(event="watching", mode=w.mode, fallbackReason=w.fallback_reason, rearms=w.rearms)
+    elif w.waiting_for is None:
+        event.update(event="error", error=f"the file watcher could not be armed ({w.last_error}); retrying")
+    else:
+        event.update(
+            event="waiting",
+            waitingFor=w.waiting_for,
+            reason=f"{w.waiting_for} is missing: waiting for it to return, then watching and syncing",
+        )
+    emit(event)
 
 
 def stop_agent(watch: AgentWatch) -> None:
     watch.watcher.stop()
     watch.service.stop()
-    with contextlib.suppress(FileNotFoundError):
+    with contextlib.suppress(OSError):
         state_path(watch.agent).unlink()
     watch.lock.release()
 
@@ -161,7 +191,15 @@ def run(
                         watch.watcher.restart()
                     except Exception as exc:  # noqa: BLE001 - keep the other agents running and say why
                         emit({"event": "error", "agent": watch.agent.id, "error": f"restart failed: {exc}"})
-                watch.write_state()
+                report_watcher(watch, emit)
+                try:
+                    watch.write_state()
+                except OSError as exc:  # a full or read-only disk: keep watching and syncing, say so once
+                    if str(exc) != watch.state_error:
+                        emit({"event": "error", "agent": watch.agent.id, "error": f"cannot write the state: {exc}"})
+                    watch.state_error = str(exc)
+                else:
+                    watch.state_error = None
     finally:
         for watch in watches:
             stop_agent(watch)

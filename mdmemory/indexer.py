@@ -1,27 +1,28 @@
-"""Sync: read memory files, chunk, diff by hash, embed what is new, write each file in one transaction."""
+"""Sync: read memory files, chunk, diff by hash, write each file in one transaction, then embed what is new."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from filelock import FileLock, Timeout
 
-from mdmemory.chunker import Chunk, chunk_markdown
+from mdmemory import roots
+from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
+from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
 from mdmemory.errors import LockError, ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.store import ChunkRow, ChunkVectors, FileRow, Store, transaction
+from mdmemory.store import ChunkRow, FileRow, Store, transaction
 from mdmemory.store.connection import remove_database
 from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
-from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import MemoryFile, Workspace, read_text
+
+__all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
 
 SCHEMA_IDENTITY = 2
 CHUNKER_VERSION = 1
@@ -30,7 +31,12 @@ Progress = Callable[[int, int, str], None]
 
 @dataclass
 class SyncReport:
-    """What one sync did. ``files`` counts memory files found on disk."""
+    """What one sync did. ``files`` counts memory files found on disk.
+
+    ``pending``: chunks indexed for keywords whose vectors are still missing after the sync;
+    ``deferred``: changed files left for a later sync because the time budget ran out;
+    ``embed_error``: the provider error that stopped embedding, if one did.
+    """
 
     files: int = 0
     indexed: int = 0
@@ -41,79 +47,16 @@ class SyncReport:
     from_cache: int = 0
     skipped: list[dict[str, str]] = field(default_factory=list)
     errors: list[dict[str, str]] = field(default_factory=list)
+    held: int = 0  # indexed files kept because their folder is missing (mdmemory.roots)
     rebuilt: bool = False
+    pending: int = 0
+    deferred: int = 0
+    embed_error: str | None = None
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape, camelCase like every JSON mdmemory emits (``fromCache``)."""
         return {camel(k): v for k, v in asdict(self).items()}
-
-
-def embedding_input(chunk: Chunk | ChunkRow) -> str:
-    """The text sent to the embedding model for a whole chunk: the heading path, then the chunk text."""
-    first = chunk.text.lstrip().split("\n", 1)[0]
-    if chunk.heading and not first.startswith("#"):
-        return f"{chunk.heading}\n{chunk.text}"
-    return chunk.text
-
-
-_ATX = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
-
-
-def embedding_inputs(chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCounter | None = None) -> list[str]:
-    """The whole chunk's input, then one input per window of about ``window_tokens`` tokens.
-
-    Windows are runs of whole non-blank lines, each prefixed with the heading path in force at its
-    first line (so a line keeps its section and date). A chunk that fits in one window has no windows:
-    its whole-chunk vector already is that window.
-    """
-    windows = embedding_windows(chunk, window_tokens, count)
-    return [embedding_input(chunk), *(text for text, _, _ in windows)]
-
-
-def embedding_windows(
-    chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCounter | None = None
-) -> list[tuple[str, int, int]]:
-    """The windows ``embedding_inputs`` embeds after the whole chunk: (input text, first line, last line),
-    lines 1-based in the file. Empty when the chunk has no windows."""
-    if not window_tokens:
-        return []
-    count = count or estimate_tokens
-    path = [(i + 1, part) for i, part in enumerate(chunk.heading.split(" > ")) if part] if chunk.heading else []
-    windows: list[tuple[str, int, int]] = []
-    lines: list[str] = []
-    first = last = 0
-    used = 0
-    prefix = " > ".join(t for _, t in path)
-
-    def flush() -> None:
-        if lines:
-            body = "\n".join(lines)
-            windows.append((f"{prefix}\n{body}" if prefix else body, first, last))
-            lines.clear()
-
-    for n, line in enumerate(chunk.text.split("\n"), start=chunk.start_line):
-        m = _ATX.match(line)
-        if m:
-            flush()
-            used = 0
-            level = len(m.group(1))
-            path = [(lv, t) for lv, t in path if lv < level] + [(level, m.group(2))]
-            prefix = " > ".join(t for _, t in path)
-            continue
-        if not line.strip():
-            continue
-        cost = count(line)
-        if lines and used + cost > window_tokens:
-            flush()
-            used = 0
-        if not lines:
-            first = n
-        lines.append(line)
-        last = n
-        used += cost
-    flush()
-    return windows if len(windows) > 1 else []
 
 
 def is_utf8(name: str) -> bool:
@@ -128,10 +71,6 @@ def is_utf8(name: str) -> bool:
 def printable(name: str) -> str:
     """A file name safe to show and store: undecodable bytes become U+FFFD."""
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
-def sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 class Indexer:
@@ -149,7 +88,9 @@ class Indexer:
         self.settings = settings
         self.provider = provider
         self.lock_path = Path(f"{store.path}.lock")
+        self.embed_lock_path = Path(f"{store.path}.embed.lock")
         self.should_stop: Callable[[], bool] | None = None  # checked between files; set by the sync service
+        self.embedder = ChunkEmbedder(store, provider, settings) if provider is not None else None
 
     # -- identity ----------------------------------------------------------------------------------
     def identity(self) -> dict[str, Any]:
@@ -174,11 +115,38 @@ class Indexer:
         current = self.identity()
         if current["dims"] is None:  # a remote model's dimension is learnt from its first answer
             stored = {**stored, "dims": None}
+        elif stored.get("dims") is None and self.store.vec_dims() is None:  # nothing embedded yet: not known
+            current["dims"] = None
         return bool(stored == current)
 
     # -- sync --------------------------------------------------------------------------------------
-    def sync(self, *, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
-        """Bring the index up to date. Holds the writer lock beside the database for the duration."""
+    def sync(
+        self,
+        *,
+        force: bool = False,
+        progress: Progress | None = None,
+        wait: float = 60.0,
+        embed: bool = True,
+        budget: float | None = None,
+        keep_live: bool = False,
+        prune: bool = False,
+    ) -> SyncReport:
+        """Bring the index up to date, in two phases; keyword freshness never waits for embeddings.
+
+        Phase 1, under the writer lock beside the database: each changed file's rows (files, chunks, and
+        so the keyword indexes) are replaced in one transaction, with the vectors already known (embedding
+        cache, or the same input elsewhere in the index); chunks still without vectors are marked pending.
+        ``budget`` (seconds) leaves the changed files not reached in time for a later sync (``deferred``).
+
+        Phase 2 (skipped with ``embed=False``), under a separate embedding lock so that other processes can
+        index text meanwhile: pending chunks are embedded in batches, one transaction each. A provider
+        failure stops it cleanly: the chunks stay pending, the report says how many and ``embed_error`` why.
+
+        A new identity (or ``force``) rebuilds beside the live index, see ``_rebuild``; ``keep_live``
+        discards a rebuild that could not embed everything instead of swapping it in. ``prune`` (implied by
+        ``force``) drops indexed files whose folder is missing (mdmemory.roots).
+        """
+        started = time.monotonic()
         lock = FileLock(str(self.lock_path))
         try:
             lock.acquire(timeout=wait)
@@ -188,23 +156,74 @@ class Indexer:
                 "wait for it to finish or stop it"
             ) from exc
         try:
-            return self._sync_locked(force=force, progress=progress)
+            deadline = None if budget is None else started + budget
+            report = self._sync_locked(
+                force=force, progress=progress, deadline=deadline, keep_live=keep_live, prune=prune or force
+            )
         finally:
             lock.release()
+        if not report.rebuilt:  # a rebuild embedded its new generation before the swap
+            try:
+                if embed:
+                    self._embed_phase(report)
+            finally:
+                if self.embedder is not None:
+                    self.embedder.forget()
+            report.pending = self.store.pending_count()
+            report.seconds = round(time.monotonic() - started, 3)
+            self._record(report)
+        return report
 
-    def _sync_locked(self, *, force: bool, progress: Progress | None) -> SyncReport:
+    def _sync_locked(
+        self, *, force: bool, progress: Progress | None, deadline: float | None, keep_live: bool, prune: bool = False
+    ) -> SyncReport:
         remove_orphans(self.store.path)
         self.store.refresh()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
-            return self._rebuild(progress)
-        return self._update(progress)
+            roots.guard(self.workspace.missing_roots(), self.store.files(), prune=prune, rebuild=True)
+            return self._rebuild(progress, keep_live)
+        return self._update(progress, prune, deadline)
 
-    def _rebuild(self, progress: Progress | None) -> SyncReport:
+    def _embed_phase(self, report: SyncReport) -> None:
+        """Phase 2 on the live index. If another process holds the embedding lock, it embeds these chunks
+        too: it looks for pending chunks again after releasing the lock."""
+        if self.embedder is None:
+            return
+        lock = FileLock(str(self.embed_lock_path))
+        for _ in range(3):
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:
+                return
+            try:
+                report.embed_error = self.embedder.embed_pending(report, self.should_stop)
+            finally:
+                lock.release()
+            if report.embed_error is not None or not self.store.pending_count():
+                return
+
+    def _record(self, report: SyncReport) -> None:
+        """Store the sync report, and the vector dimension once the first vectors taught it."""
+        identity = self.store.get_meta("identity")
+        if identity is not None and identity.get("dims") is None and self.store.vec_dims() is not None:
+            self.store.set_meta("identity", {**identity, "dims": self.store.vec_dims()})
+        self.store.set_meta("lastSync", {"at": time.time(), "report": report.to_dict()})
+
+    def _rebuild(self, progress: Progress | None, keep_live: bool) -> SyncReport:
         """Build a complete new index beside the live one, seeded from its embedding cache, then swap it in.
 
         Until the swap, searches keep answering from the live index; if anything fails, the new file is
-        deleted and the live index is untouched.
+        deleted and the live index is untouched. When the provider fails while embedding the new index:
+
+        - a ``force`` rebuild of an index whose identity matches (its vectors serve searches), or one with
+          ``keep_live`` (a fallback provider can take over and may match the live index), is discarded and
+          the provider error raised;
+        - otherwise the live index was built for another identity, so searches can only use its keywords:
+          the new one is swapped in with its text complete and its missing vectors pending (filled in by
+          later syncs, without another rebuild), so new notes stay findable during an outage.
         """
+        current = self.identity_matches()
+        started = time.monotonic()
         target = next_generation(self.store.path)
         fresh = Store(target)
         try:
@@ -216,6 +235,16 @@ class Indexer:
             builder.should_stop = self.should_stop
             report = builder._update(progress)
             report.rebuilt = True
+            if builder.embedder is not None:
+                report.embed_error = builder.embedder.embed_pending(report, self.should_stop)
+            report.pending = fresh.pending_count()
+            if report.pending and (current or keep_live):
+                raise ProviderError(
+                    f"{report.embed_error or 'embedding stopped'} (the rebuild of {self.store.path} was discarded: "
+                    f"{report.pending} chunk(s) could not be embedded; the live index keeps answering)"
+                )
+            report.seconds = round(time.monotonic() - started, 3)
+            builder._record(report)
             fresh.close()
             swap_in(self.store.path, target)
         except BaseException:
@@ -225,11 +254,13 @@ class Indexer:
         self.store.reopen()
         return report
 
-    def _update(self, progress: Progress | None) -> SyncReport:
+    def _update(self, progress: Progress | None, prune: bool = False, deadline: float | None = None) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
         indexed = self.store.files()
         on_disk = self.workspace.discover()
+        # after discovery, so a folder that vanished during it counts as missing, not as emptied
+        held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
         report.files = len(on_disk)
         limit = self.settings.max_file_bytes
         for n, mf in enumerate(on_disk, start=1):
@@ -237,6 +268,9 @@ class Indexer:
                 raise SyncCancelled(f"sync of {self.store.path} stopped after {n - 1} of {len(on_disk)} files")
             if progress:
                 progress(n, len(on_disk), printable(mf.rel))
+            if deadline is not None and time.monotonic() > deadline and _looks_changed(mf, indexed.get(mf.rel)):
+                report.deferred += 1  # out of time: the next sync indexes it
+                continue
             if not is_utf8(mf.rel):
                 report.errors.append(
                     {"path": printable(mf.rel), "error": "file name is not valid UTF-8: rename the file to index it"}
@@ -248,7 +282,8 @@ class Indexer:
                 raise
             except (OSError, ValueError, UnicodeError) as exc:
                 report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
-        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)}
+        present = {mf.rel for mf in on_disk if is_utf8(mf.rel)} | held  # never delete under a missing root
+        report.held = len(held)
         skipped = {s["path"] for s in report.skipped}
         for path in indexed:
             if path not in present or path in skipped:
@@ -296,47 +331,13 @@ class Indexer:
             ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading, c.text)
             for c in chunks
         ]
-        vectors = self._vectors_for(rows, report) if self.provider else None
+        vectors = self.embedder.known_vectors(rows, report) if self.embedder else None
         file_row = FileRow(mf.rel, mf.source, digest, mtime, size, replaced)
-        self.store.replace_file(file_row, rows, vectors)
+        ids = self.store.replace_file(file_row, rows, vectors)
+        if self.embedder is not None:
+            self.embedder.remember(ids)
         report.indexed += 1
         report.chunks += len(rows)
-
-    def _vectors_for(self, rows: list[ChunkRow], report: SyncReport) -> list[ChunkVectors] | None:
-        """Each chunk's vectors (the whole chunk, then its windows): cached or stored ones when the exact
-        input was embedded before, fresh embeddings otherwise."""
-        p = self.provider
-        assert p is not None
-        if not rows:
-            return None
-        count = p.count_tokens if self.settings.chunking.window_tokens else None
-        inputs = [embedding_inputs(r, self.settings.chunking.window_tokens, count) for r in rows]
-        keyed = [[(sha256(t), t) for t in group] for group in inputs]
-        texts = dict(pair for group in keyed for pair in group)
-        hashes = list(texts)
-        known: dict[str, np.ndarray] = {}
-        if self.settings.cache.enabled:
-            known = self.store.cache_get(p.id, p.model, p.provider_key, hashes)
-        reused = set(known)
-        missing = [h for h in hashes if h not in known]
-        if missing:
-            known.update(self.store.vectors_by_hash(missing))
-        todo = [h for h in hashes if h not in known]
-        report.from_cache += len(hashes) - len(todo)
-        if todo:
-            fresh = p.embed_documents([texts[h] for h in todo])
-            new = dict(zip(todo, fresh, strict=True))
-            known.update(new)
-            report.embedded += len(todo)
-            if self.settings.cache.enabled:
-                self.store.cache_put(p.id, p.model, p.provider_key, new)
-        if self.settings.cache.enabled and reused:
-            self.store.cache_touch(p.id, p.model, p.provider_key, list(reused))
-        out: list[ChunkVectors] = []
-        for group in keyed:
-            keys = [h for h, _ in group]
-            out.append((keys, np.stack([known[h] for h in keys])))
-        return out
 
     # -- staleness ---------------------------------------------------------------------------------
     def changed_files(self) -> list[tuple[str, str, int]]:
@@ -360,6 +361,7 @@ class Indexer:
                 out.append((mf.rel, "new", mf.size))
             elif row.size != mf.size or row.mtime != mf.mtime:
                 out.append((mf.rel, "modified", mf.size))
+        present |= roots.kept(self.workspace.missing_roots(), indexed)  # kept by sync: not stale
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 
@@ -377,3 +379,7 @@ class Indexer:
                     continue  # touched, not changed
             stale.append({"path": path, "state": state})
         return stale
+
+
+def _looks_changed(mf: MemoryFile, row: FileRow | None) -> bool:
+    return row is None or row.size != mf.size or row.mtime != mf.mtime

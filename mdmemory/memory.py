@@ -2,37 +2,66 @@
 
 from __future__ import annotations
 
+import errno
+import functools
 import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 
 from mdmemory import agent as integration
+from mdmemory import catchup, roots
 from mdmemory.agent import FlushDecision, SessionKind, clock
 from mdmemory.agent.schemas import check_search_arguments
-from mdmemory.config import AgentConfig, Config, MemorySearchConfig, load_config
-from mdmemory.errors import LockError, ProviderError, StoreError, SyncCancelled
-from mdmemory.indexer import Indexer, Progress, SyncReport, is_utf8, printable
+from mdmemory.config import AgentConfig, Config, load_config
+from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
+from mdmemory.indexer import Indexer, Progress, SyncReport
 from mdmemory.packer import check_pack_arguments, run_pack
-from mdmemory.providers.factory import ProviderChoice, build, choose
+from mdmemory.providers import deadline
+from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.providers.factory import ProviderChoice
 from mdmemory.search import SearchOutcome
 from mdmemory.search import search as run_search
+from mdmemory.selection import ProviderSelection
+from mdmemory.status import build_status
 from mdmemory.store import Store
+from mdmemory.store.connection import DatabaseError
+from mdmemory.store.faults import store_fault
+from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
+from mdmemory.store.repair import repair_corrupt
 from mdmemory.tools import citations_on, get_file, search_response
-from mdmemory.watchstate import read_watch_state
 from mdmemory.workspace import Workspace
 
-SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering...
-SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much; larger changes sync in the background
-FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
 
-class Memory:
+def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Concatenate[Memory, _P], _R]:
+    """A SQLite failure while reading the index becomes a recorded ``StoreError`` that says the fix."""
+
+    @functools.wraps(method)
+    def wrapper(self: Memory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except (DatabaseError, StoreError) as exc:
+            fault = store_fault(exc, self.agent.store_path)
+            self._record_error(fault)
+            self.release_store()
+            if fault is exc:
+                raise
+            raise fault from exc
+
+    return wrapper
+
+
+class Memory(ProviderSelection):
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
+
+    background = "thread"  # work a search leaves behind: "thread" (long-lived processes) or "worker" (CLI)
 
     def __init__(
         self,
@@ -48,6 +77,10 @@ class Memory:
         self.env = os.environ if env is None else env
         self.workspace = Workspace(agent.workspace, self.settings.extra_paths)
         self._choice = choice
+        self._choice_at = 0.0
+        self.provider_error: ProviderError | None = None  # why the configured provider could not be created
+        self._last_error: dict[str, Any] | None = None  # kept here too when the health file cannot be written
+        self.last_repair: dict[str, Any] | None = None  # the corrupt index this object last moved aside
         self._store: Store | None = None
         self._indexer: Indexer | None = None
         self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
@@ -60,85 +93,137 @@ class Memory:
         config = load_config(config_path)
         return cls(config.agent(agent), config)
 
-    # -- lazily built parts ------------------------------------------------------------------------
-    @property
-    def choice(self) -> ProviderChoice:
-        if self._choice is None:
-            self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
-        return self._choice
-
-    def _persisted_fallback(self) -> ProviderChoice | None:
-        """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
-        state = self.store.get_meta("fallback")
-        if not state or state.get("to") != self.settings.fallback:
-            return None
-        if _expired(state):
-            return None
-        try:
-            provider = build(state["to"], self.settings, self.agent.home, self.env)  # fallback: its own model
-        except ProviderError:
-            return None
-        reason = {"from": state["from"], "reason": state["reason"]}
-        return ProviderChoice(provider, self.settings.provider, fallback=reason)
-
-    def _take_over(self, exc: ProviderError) -> bool:
-        """Switch to the configured fallback after the primary kept failing; False if there is none."""
-        current = self.choice
-        target = self.settings.fallback
-        if target == "none" or target == current.name or current.fallback:
-            return False
-        try:
-            provider = build(target, self.settings, self.agent.home, self.env)
-        except ProviderError:
-            return False
-        if current.provider is not None:
-            current.provider.close()
-        self._choice = ProviderChoice(provider, current.requested, fallback={"from": current.name, "reason": str(exc)})
-        self._indexer = None
-        return True
-
-    def _sync(self, force: bool = False, progress: Progress | None = None, wait: float = 60.0) -> SyncReport:
-        self._follow_shared_state()
+    def _sync(
+        self,
+        force: bool = False,
+        progress: Progress | None = None,
+        wait: float = 60.0,
+        prune: bool = False,
+        *,
+        embed: bool = True,
+        budget: float | None = None,
+    ) -> SyncReport:
+        """Sync (see ``Indexer.sync``); raises EmbeddingsPending when the text is indexed but embedding failed."""
+        self.last_repair = None
         try:
             try:
-                report = self.indexer.sync(force=force, progress=progress, wait=wait)
-            except ProviderError as exc:
-                if not self._take_over(exc):
+                report = self._sync_store(force, progress, wait, prune, embed, budget)
+            except StoreError as exc:
+                if exc.kind != "corrupt" and not (force and exc.kind == "foreign"):
                     raise
-                report = self.indexer.sync(progress=progress, wait=wait)  # new identity: one atomic rebuild
-        except (ProviderError, StoreError, OSError) as exc:
+                self.last_repair = self._move_corrupt_aside(exc, wait)
+                report = self._sync_store(force, progress, wait, prune, embed, budget)
+        except (ProviderError, StoreError, WorkspaceError, OSError) as exc:
             self._record_error(exc)
             raise
-        self._record_fallback()
-        if self.store.get_meta("lastError") is not None:
-            self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
+        path = self.agent.store_path
+        known = read_health(path).get("corrupt")
+        stale = known is not None and known.get("inode") != live_inode(path)  # about a file no longer in use
+        if report.pending == 0:  # else an embedding error stays on record until the vectors are in
+            self._last_error = None
+            update_health(path, lastError=None, **({"corrupt": None} if stale else {}))
+        elif stale:
+            update_health(path, corrupt=None)
         return report
 
-    def _record_error(self, exc: BaseException) -> None:
+    def _sync_store(
+        self,
+        force: bool,
+        progress: Progress | None,
+        wait: float,
+        prune: bool = False,
+        embed: bool = True,
+        budget: float | None = None,
+    ) -> SyncReport:
+        """One sync; a SQLite or file-system failure of the index comes out as a ``StoreError`` saying the fix."""
+        path = self.agent.store_path
         try:
-            self.store.set_meta("lastError", {"at": time.time(), "error": f"{type(exc).__name__}: {exc}"})
-        except Exception:  # noqa: BLE001 - recording must never hide the original error
-            pass
+            self._follow_shared_state()
+            known = read_health(path).get("corrupt")
+            if known and known.get("inode") == self.store.inode:  # a search found this very file damaged
+                raise StoreError(str(known.get("error") or f"the index {path} is corrupt"), kind="corrupt")
+            self.store.ensure_writable()
+            self._check_provider()
+            try:
+                report = self._sync_once(force, progress, wait, embed, budget, prune)
+            except ProviderError as exc:
+                if not self._take_over(ProviderError(exc.cause) if isinstance(exc, EmbeddingsPending) else exc):
+                    raise
+                report = self._sync_once(False, progress, wait, embed, budget, prune)  # new identity: one rebuild
+            self._record_fallback()
+            if self.store.get_meta("lastError") is not None:  # recorded there by older versions
+                self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
+            return report
+        except StoreError:
+            self.release_store()
+            raise
+        except DatabaseError as exc:
+            self.release_store()
+            raise store_fault(exc, path) from exc
+        except OSError as exc:
+            if not _about_store(exc, path):
+                raise
+            self.release_store()
+            raise store_fault(exc, path) from exc
 
-    def _follow_shared_state(self) -> None:
-        """Pick up a swapped index, and drop a fallback that another process has already ended."""
-        self.store.refresh()
-        if self._choice is not None and self._choice.fallback is not None:
-            state = self.store.get_meta("fallback")
-            if state is None or _expired(state):
-                if self._choice.provider is not None:
-                    self._choice.provider.close()
-                self._choice = None
-                self._indexer = None
+    def _sync_once(
+        self, force: bool, progress: Progress | None, wait: float, embed: bool, budget: float | None, prune: bool
+    ) -> SyncReport:
+        current = self.choice
+        # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
+        keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
+        report = self.indexer.sync(
+            force=force, progress=progress, wait=wait, embed=embed, budget=budget, keep_live=keep_live, prune=prune
+        )
+        if report.embed_error is not None:
+            raise EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
+        return report
 
-    def _record_fallback(self) -> None:
-        fb = self.choice.fallback
-        state = self.store.get_meta("fallback")
-        if fb is None:
-            if state is not None:
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
-        elif state is None or state.get("from") != fb["from"] or _expired(state):
-            self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
+    def _check_provider(self) -> None:
+        """With the configured provider unavailable, sync keyword-only unless that would drop vectors.
+
+        An index that holds another provider's vectors is left as it is (searches use its keywords
+        meanwhile); an empty or keyword-only index is kept fresh by keywords, so search always works.
+        """
+        if self.choice.provider is not None or self.provider_error is None:
+            return
+        identity = self.store.get_meta("identity")
+        if identity is not None and identity.get("provider") != "none":
+            raise ProviderError(
+                f"{self.provider_error} (the index keeps its {identity.get('provider')} vectors and searches "
+                "answer from keywords until this is fixed)"
+            )
+
+    def _move_corrupt_aside(self, exc: StoreError, wait: float) -> dict[str, Any]:
+        seen = live_inode(self.agent.store_path)  # the file just found corrupt (unless another process moved it)
+        self.release_store()
+        return repair_corrupt(self.agent.store_path, str(exc), seen, wait=wait)
+
+    @property
+    def last_error(self) -> dict[str, Any] | None:
+        """``{at, error, kind}`` of this object's last failed sync, also when it could not be recorded on disk."""
+        return self._last_error
+
+    def release_store(self) -> None:
+        """Close the index connection; the next use opens it again (perhaps writable again, or rebuilt)."""
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+            self._indexer = None
+
+    def _record_error(self, exc: BaseException) -> None:
+        """Keep the failure where ``status`` finds it, in every process: the health file beside the index."""
+        kind = exc.kind if isinstance(exc, StoreError) else "provider" if isinstance(exc, ProviderError) else "error"
+        if isinstance(exc, EmbeddingsPending):  # the text is indexed: say what failed and how much waits
+            entry = {**error_entry(f"embedding failed: {exc.cause}", kind), "pending": exc.pending}
+        else:
+            entry = error_entry(f"{type(exc).__name__}: {exc}", kind)
+        self._last_error = entry
+        change: dict[str, Any] = {"lastError": entry}
+        if kind == "corrupt":
+            inode = self._store.inode if self._store is not None else live_inode(self.agent.store_path)
+            change["corrupt"] = {"inode": inode, "at": entry["at"], "error": str(exc)[:MAX_MESSAGE_CHARS]}
+        update_health(self.agent.store_path, **change)  # False on a read-only folder: status computes it
 
     @property
     def store(self) -> Store:
@@ -171,14 +256,29 @@ class Memory:
         self.close()
 
     # -- operations --------------------------------------------------------------------------------
-    def sync(self, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    def sync(
+        self, force: bool = False, progress: Progress | None = None, prune: bool = False, *, embed: bool = True
+    ) -> dict[str, Any]:
         """Index new and changed memory files, drop removed ones. Returns the sync report.
 
+        Raises EmbeddingsPending (a ProviderError) when the text was indexed but the provider failed
+        before every chunk was embedded; its ``report`` is the sync report, and the next sync embeds them.
+        ``embed=False`` indexes the text only and leaves new chunks pending.
+
+        Files under a missing folder are kept unless ``prune`` (or ``force``) says to drop them (mdmemory.roots).
         With ``memorySearch.enabled: false`` nothing is indexed: the report says ``disabled`` and why.
+
+        A corrupt index is moved aside and rebuilt from the files first (``repaired``: where it went);
+        ``warnings`` says when the configured provider was unavailable and the index kept keywords only.
         """
         if not self.settings.enabled:
             return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
-        return self._sync(force=force, progress=progress).to_dict()
+        report = self._sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
+        if self.last_repair is not None:
+            report["repaired"] = self.last_repair
+        if self.provider_error is not None and self.choice.hint:
+            report["warnings"] = [self.choice.hint]
+        return report
 
     def _disabled(self) -> str:
         return (
@@ -186,6 +286,7 @@ class Memory:
             "set it to true to index and search this agent's memory"
         )
 
+    @_store_faults
     def search(
         self,
         query: str,
@@ -207,11 +308,11 @@ class Memory:
         q = self.settings.query
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
-        outcome, _, notes = self._search(query, limit, threshold)
+        outcome, _, extra = self._search(query, limit, threshold)
         provider = self.choice.provider
         model = provider.model if provider else None
         cited = citations_on(q.citations, session_kind)
-        return {**search_response(outcome, provider=self.choice.name, model=model, citations=cited), **notes}
+        return {**search_response(outcome, provider=self.choice.name, model=model, citations=cited), **extra}
 
     def _search(
         self, query: str, limit: int, threshold: float
@@ -221,19 +322,22 @@ class Memory:
         q = self.settings.query
         notes: list[str] = []
         self.store.refresh()
+        until = self._embedding_deadline()
         stale = False
         if self.settings.sync.on_search:
-            stale, more = self._sync_before_search()
+            with deadline.until(until):  # catching up and the query embedding share the search's budget
+                stale, more = self._sync_before_search()
             notes.extend(more)
+        missing = self.workspace.missing_roots()
+        if missing:
+            notes.extend(roots.warnings(missing, self.store.files()))
         provider = self.choice.provider
         vector = None
         if provider is not None and self.indexer.identity_matches():
-            try:
-                vector = provider.embed_query(query)
-            except ProviderError as exc:
-                notes.append(f"query embedding failed, answered from keywords only: {exc}")
-        elif provider is not None:
-            notes.append("the index was built with another provider or model; run `mdmemory index` to rebuild")
+            vector = self._embed_query(provider, query, until, notes)
+        elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
+            stored = self.store.get_meta("identity") or {}
+            notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
         outcome = run_search(
             self.store,
             query,
@@ -243,7 +347,9 @@ class Memory:
             hybrid=q.hybrid,
             keyword_score=q.keyword_score,
             today=clock.day(self.agent),
+            low_confidence_results=q.low_confidence_results,
         )
+        notes.extend(outcome.notes)
         extra: dict[str, Any] = {}
         if self.choice.fallback:
             extra["fallback"] = self.choice.fallback
@@ -255,6 +361,7 @@ class Memory:
             extra["warnings"] = notes
         return outcome, vector, extra
 
+    @_store_faults
     def pack(
         self,
         query: str,
@@ -275,9 +382,35 @@ class Memory:
             return {**empty, "disabled": True, "error": self._disabled()}
         return run_pack(self, query, budget_tokens, max_items=max_items, sources=sources, trace=trace)
 
+    def _embedding_deadline(self) -> float:
+        """When a search stops waiting for embeddings: ``query.embedTimeoutMs`` from now, after the one-time
+        warm-up (SDK import, model load), which cannot hang on the network and no budget counts."""
+        try:
+            provider = self.choice.provider
+            if provider is not None and (provider.breaker is None or provider.breaker.status()["state"] != "open"):
+                provider.warm_up()  # not while paused: a CLI search then answers without importing the SDK
+        except ProviderError:
+            pass  # the embedding call reports it
+        return time.monotonic() + self.settings.query.embed_timeout_ms / 1000
+
+    def _embed_query(self, provider: EmbeddingProvider, query: str, until: float, notes: list[str]) -> Any:
+        """The query vector, or None with a note saying why the search answers from keywords; back by ``until``."""
+        try:
+            return provider.embed_query_within(query, until)
+        except ProviderPaused as exc:
+            notes.append(f"query embedding skipped, answered from keywords only: {exc}")
+        except ProviderError as exc:
+            notes.append(f"query embedding failed, answered from keywords only: {exc}")
+        return None
+
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
-        report = self._sync().to_dict() if self.settings.sync.on_session_start and self.settings.enabled else None
+        report = None
+        if self.settings.sync.on_session_start and self.settings.enabled:
+            try:
+                report = self._sync().to_dict()
+            except EmbeddingsPending as exc:  # the text is indexed; status shows what waits for embeddings
+                report = exc.report
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
@@ -318,122 +451,25 @@ class Memory:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
         if not self.settings.enabled:
             return {"path": path, "text": "", "disabled": True, "error": self._disabled()}
-        return get_file(self.workspace, path, from_line, lines)
+        return get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
 
     def status(self) -> dict[str, Any]:
-        """Index state computed from the files on disk and the database, not from cached flags."""
-        warnings: list[str] = []
-        try:
-            choice = self.choice
-        except ProviderError as exc:  # report the broken provider instead of failing the whole status
-            choice = ProviderChoice(None, self.settings.provider, hint=f"provider unavailable: {exc}")
-        provider = choice.provider
-        store = self.store
-        identity = store.get_meta("identity") or {}
-        last = store.get_meta("lastSync")
-        files = store.files()
-        for row in files.values():
-            if row.encoding_errors:
-                warnings.append(
-                    f"{row.path}: {row.encoding_errors} invalid UTF-8 sequence(s) indexed as U+FFFD; "
-                    "re-save the file as UTF-8"
-                )
-        for mf in self.workspace.discover():
-            try:
-                size = os.lstat(mf.abs).st_size
-            except OSError:
-                continue  # deleted since discovery
-            if not is_utf8(mf.rel):
-                warnings.append(f"{printable(mf.rel)}: file name is not valid UTF-8, not indexed; rename the file")
-            elif size > self.settings.max_file_bytes:
-                warnings.append(
-                    f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({self.settings.max_file_bytes})"
-                )
-        if last and last["report"].get("errors"):
-            warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
-        if not self.settings.enabled:
-            warnings.append(self._disabled())
-        elif choice.hint:
-            warnings.append(choice.hint)
-        if self.config and self.config.ignored_keys:
-            warnings.append("config keys ignored (not mdmemory's): " + ", ".join(self.config.ignored_keys))
-        counts = store.counts()
-        out: dict[str, Any] = {
-            "agent": self.agent.id,
-            "enabled": self.settings.enabled,
-            "workspace": str(self.workspace.root),
-            "store": str(store.path),
-            "provider": choice.name,
-            "requestedProvider": choice.requested,
-            "model": provider.model if provider else None,
-            "dims": store.vec_dims() or (provider.dims if provider else None),
-            "mode": _mode(self.settings, provider is not None),
-            "files": counts["files"],
-            "chunks": counts["chunks"],
-            "vectors": counts["vectors"],
-            "cacheEntries": counts["cacheEntries"],
-            "indexProvider": identity.get("provider"),
-            "indexModel": identity.get("model"),
-            "lastSync": _iso(last["at"]) if last else None,
-            "lastSyncSeconds": last["report"]["seconds"] if last else None,
-            "staleFiles": Indexer(store, self.workspace, self.settings, provider).stale_files(),
-            "lastError": store.get_meta("lastError"),
-            "watcher": read_watch_state(self.agent),
-            "warnings": warnings,
-        }
-        if choice.fallback:
-            out["fallback"] = choice.fallback
-        return out
+        """Index state computed from the files on disk, the database and the health and watcher files, not
+        from cached flags; a broken index is reported in ``storeState`` rather than raised."""
+        return build_status(self)
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:
-        """Catch up before answering: a small change is synced now, a large one in the background.
-
-        Returns (stale, notes). Never rebuilds the index and never waits for another writer.
-        """
-        if self.store.get_meta("identity") is not None and not self.indexer.identity_matches():
-            return False, []
-        changed = self.indexer.changed_files()
-        if not changed:
-            return False, []
-        if self._background is not None and self._background.is_alive():
-            return True, ["a sync is running in the background; results may be a few seconds old"]
-        size = sum(n for _, _, n in changed)
-        if len(changed) > SMALL_CHANGE_FILES or size > SMALL_CHANGE_BYTES:
-            self._background = threading.Thread(target=self._background_sync, name="mdmemory-search-sync", daemon=True)
-            self._background.start()
-            return True, [f"{len(changed)} changed file(s) are being indexed in the background"]
-        try:
-            report = self._sync(wait=0)
-        except LockError:
-            return True, ["another process is indexing; results may be a few seconds old"]
-        except ProviderError as exc:
-            return True, [f"could not embed changed files; results may be stale: {exc}"]
-        return False, [f"{e['path']}: {e['error']}" for e in report.errors]
-
-    def _background_sync(self) -> None:
-        """A sync on its own connection, so this object's connection keeps serving searches."""
-        other = Memory(self.agent, self.config, choice=self.choice, env=self.env)
-        other.should_stop = self._closing.is_set
-        try:
-            try:
-                other._sync(wait=0)
-            except (LockError, ProviderError, StoreError, SyncCancelled, OSError):
-                pass  # recorded in the index meta as lastError by _sync; status shows it
-        finally:
-            if other._store is not None:
-                other._store.close()  # the provider is shared with this object: do not close it
+        """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
+        return catchup.before_search(self)
 
 
-def _mode(settings: MemorySearchConfig, vectors: bool) -> str:
-    if not settings.enabled:
-        return "disabled"
-    if not vectors:
-        return "keyword"
-    return "hybrid" if settings.query.hybrid.enabled else "vector"
-
-
-def _expired(state: dict[str, Any]) -> bool:
-    return time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS
+def _about_store(exc: OSError, store_path: os.PathLike[str]) -> bool:
+    """True for a file-system error on the index folder (its lock, a generation, a state file)."""
+    folder = os.path.dirname(os.path.realpath(store_path))
+    name = exc.filename
+    if name is None:
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return os.path.dirname(os.path.realpath(os.fsdecode(name))) in (folder, os.path.dirname(os.fspath(store_path)))
 
 
 def _iso(ts: float) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mdmemory.search import Hit, _fold, contains_all_terms, log_date, query_terms
+from mdmemory.search import Hit, _fold, contains_all_terms, log_date, low_confidence_picks, query_terms
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 from mdmemory.workspace import ROOT_FILES
@@ -62,6 +62,7 @@ class PackItem:
     date: str | None = None
     heading: str | None = None  # the section's heading line when it is outside start_line..end_line
     heading_line: int | None = None
+    low_confidence: bool = False  # packed only because no candidate reached minScore
 
     @property
     def ref(self) -> str:
@@ -87,6 +88,8 @@ class PackItem:
             out["date"] = self.date
         if self.heading is not None:
             out["heading"], out["headingLine"] = self.heading, self.heading_line
+        if self.low_confidence:
+            out["lowConfidence"] = True
         return out
 
 
@@ -175,6 +178,7 @@ def build_pack(
     context: tuple[int, int] = (CONTEXT_LINES, CONTEXT_LINES),
     widen_after: int | None = WIDEN_TOP,
     price_by_line: bool = False,
+    low_confidence: int = 0,
 ) -> Pack:
     """Pack ``hits`` (in ranking order) into at most ``budget_tokens`` tokens; see the module docstring.
 
@@ -182,7 +186,8 @@ def build_pack(
     each candidate chunk by chunk id (empty in keyword mode), ``weights`` the (vector, keyword) weights of a
     line's score, ``count`` the token counter; ``span``, ``context`` and ``widen_after`` (None: never widen)
     as the module docstring says. ``price_by_line`` prices items as the sum of their lines (for a caching
-    model tokenizer; additive tokenizers such as WordPiece give the same figure).
+    model tokenizer; additive tokenizers such as WordPiece give the same figure). When no candidate passes
+    ``min_score``, up to ``low_confidence`` of the closest are packed anyway, their items ``low_confidence``.
     """
     windows = windows or {}
     if mode == "keyword":
@@ -194,9 +199,19 @@ def build_pack(
     receipts: list[Receipt | None] = [None] * len(hits)
     # 1. candidates: threshold, file check, trimming
     staged: list[tuple[int, Hit, FileLines, int, int]] = []
+    kept = [
+        mode == "keyword"
+        or h.score >= min_score
+        or h.vector_score is None  # no vector yet (embedding pending): found by keywords, never hidden
+        or contains_all_terms(h.chunk.text, all_terms, query)
+        for h in hits
+    ]
+    low: set[int] = set()
+    if hits and not any(kept) and low_confidence:  # as memory_search: the closest few, marked
+        low = set(low_confidence_picks({rank: h.score for rank, h in enumerate(hits)}, low_confidence))
     for rank, hit in enumerate(hits):
         c = hit.chunk
-        if mode != "keyword" and hit.score < min_score and not contains_all_terms(c.text, all_terms, query):
+        if not kept[rank] and rank not in low:
             receipts[rank] = _receipt(rank, hit, cite(c.path, c.start_line, c.end_line), "excluded", "below_min_score")
             continue
         if c.path not in files:
@@ -228,7 +243,7 @@ def build_pack(
             if (c.path, n) in line_sets
         }
         lo, hi = focus_range(f, s, e, kw, windows.get(c.id or -1, ()), weights, span, context)
-        receipts[rank] = sel.consider(rank, hit, f, lo, hi)
+        receipts[rank] = sel.consider(rank, hit, f, lo, hi, low=rank in low)
     if widen_after is not None and len(staged) <= widen_after:
         _widen(sel, staged, receipts)
     sel.fit(receipts)
@@ -269,10 +284,10 @@ class _Selection:
         self._newline = newline
         return sum(self.count(p) - self.base for p in pieces if p) + newline * (len(pieces) - 1)
 
-    def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int) -> Receipt:
+    def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int, low: bool = False) -> Receipt:
         """Include, merge or exclude one trimmed candidate; its receipt (reasons name slots as ``#i``)."""
         c = hit.chunk
-        item = _item(c.path, c.source, f, lo, hi, hit.score)
+        item = _item(c.path, c.source, f, lo, hi, hit.score, low)
         ref = item.ref
         words = set(_WORD.findall(_fold(item.text)))
         live = [(i, sl) for i, sl in enumerate(self.slots) if sl is not None]
@@ -286,7 +301,8 @@ class _Selection:
             start = min([lo] + [sl.item.start_line for _, sl in olds if sl])
             end = max([hi] + [sl.item.end_line for _, sl in olds if sl])
             score = max([hit.score] + [sl.item.score for _, sl in olds if sl])
-            grown = _item(c.path, c.source, f, start, end, score)
+            low = low and all(sl.item.low_confidence for _, sl in olds if sl)
+            grown = _item(c.path, c.source, f, start, end, score, low)
             cost = self._cost(grown)
             extra = cost - sum(sl.cost for _, sl in olds if sl)
             if self.used + extra > self.budget:
@@ -322,7 +338,8 @@ class _Selection:
         olds = [(i, self.slots[i]) for i in touching]
         start = min([lo] + [sl.item.start_line for _, sl in olds if sl])
         end = max([hi] + [sl.item.end_line for _, sl in olds if sl])
-        grown = _item(c.path, c.source, f, start, end, max(sl.item.score for _, sl in olds if sl))
+        score = max(sl.item.score for _, sl in olds if sl)
+        grown = _item(c.path, c.source, f, start, end, score, all(sl.item.low_confidence for _, sl in olds if sl))
         cost = self._cost(grown)
         extra = cost - sum(sl.cost for _, sl in olds if sl)
         if self.used + extra > self.budget:
@@ -381,7 +398,7 @@ def _widen(
             receipts[rank] = sel.widen(rank, hit, f, lo, hi, receipt)
 
 
-def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float) -> PackItem:
+def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float, low: bool = False) -> PackItem:
     head = None if f.is_heading(lo) else f.heading_above(lo)
     when = log_date(path)
     return PackItem(
@@ -395,6 +412,7 @@ def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float) 
         when.isoformat() if when else None,
         f.lines[head - 1] if head is not None else None,
         head,
+        low,
     )
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from mdmemory.agent.schemas import PACK_INPUT, validate_arguments
+from mdmemory.embedding import embedding_windows, sha256
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
-from mdmemory.indexer import embedding_windows, sha256
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
@@ -116,7 +116,14 @@ def run_pack(
         max_items=max_items,
         weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
         price_by_line=provider is not None,
+        low_confidence=min(q.low_confidence_results, q.max_results),
     )
+    if any(item.low_confidence for item in pack.items):
+        warning = (
+            f"no candidate reached minScore {q.min_score:g}; the items with lowConfidence: true are the closest "
+            "and may be unrelated: read them before relying on them"
+        )
+        notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
     body = pack.to_dict(trace)
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
     model = provider.model if provider is not None else None
@@ -210,7 +217,7 @@ def _read_lines(workspace: Workspace, path: str) -> list[str] | None:
             st = os.lstat(target)
         except OSError:
             st = None
-        if st is not None and stat.S_ISREG(st.st_mode) and _identity(st) == identity:
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and _identity(st) == identity:
             with _SPANS_LOCK:
                 _FILES.move_to_end(key)
             return lines

@@ -12,6 +12,9 @@ Scoring rules (also in the README):
   normalised relative to the best); a chunk's keyword score is the best of its normalised scores.
 - Every candidate is scored on both sides: a chunk found only by keywords gets its stored vectors
   similarity to the query (a chunk's vector score is its best vector: whole chunk or one of its windows).
+- A chunk with no vector yet (written by a sync whose embeddings are pending, e.g. during a provider outage)
+  is scored as in keyword-only mode: its keyword score alone (RRF: its keyword rank's share), and ``minScore``
+  does not hide it, so a new note is found by its keywords while its vectors are missing.
 - Weighted fusion (default): ``vectorWeight * vector + textWeight * keyword`` (weights sum to 1).
   Reciprocal-rank fusion: ``sum(weight / (k + rank))`` divided by its maximum ``1 / (k + 1)``.
 - Temporal decay (``hybrid.temporalDecay``, off by default) multiplies the score of a dated daily log
@@ -25,6 +28,14 @@ Scoring rules (also in the README):
   query term (case- and accent-insensitive; CJK terms as substrings) is kept whatever its score. In
   keyword-only mode (no provider, or the query could not be embedded) every candidate literally contains
   a query term, so ``minScore`` is not applied at all.
+- ``minScore`` never empties an answer that has candidates: when no candidate reaches it and no exact keyword
+  hit or not-yet-embedded keyword match is kept (those already answer, and rank by their own scores), the best
+  ``lowConfidenceResults`` (default 3, at most ``maxResults``) of those scoring at least
+  ``LOW_CONFIDENCE_SHARE`` of the best score are returned anyway, each marked ``low_confidence``, with a
+  note saying that nothing reached ``minScore``. The top-ranked candidate is therefore always returned
+  (unless it scores 0: no similarity at all), whatever the model's cosine range; a query that matches
+  nothing gets a few results that are clearly marked, neither an empty list nor a confident-looking one.
+  Exact keyword hits kept by the rule above are not marked.
 """
 
 from __future__ import annotations
@@ -60,6 +71,10 @@ SNIPPET_CHARS = 700
 PRUNE_MIN_CHUNKS = 20_000
 PRUNE_FRACTION = 0.10
 MAX_QUERY_TERMS = 64
+# When no candidate reaches minScore, the low-confidence results are those scoring at least this share of the
+# best one: a match that stands out comes back alone, while a query that matches nothing (a flat score
+# distribution) gets its lowConfidenceResults closest candidates. Measured with MiniLM: see the README.
+LOW_CONFIDENCE_SHARE = 0.7
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
@@ -72,6 +87,7 @@ class Hit:
     score: float
     vector_score: float | None = None
     text_score: float | None = None
+    low_confidence: bool = False  # returned only because no candidate reached minScore
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,7 @@ class SearchOutcome:
     hits: list[Hit]
     mode: str  # "hybrid", "vector" or "keyword"
     terms: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why the answer may be weaker than it looks
 
 
 # -- query building (pure) ---------------------------------------------------------------------------
@@ -213,6 +230,29 @@ def fuse_rrf(vec_ranked: Sequence[int], text_ranked: Sequence[int], wv: float, w
     return {rid: s / top for rid, s in scores.items()}
 
 
+def low_confidence_picks(scores: dict[int, float], limit: int, share: float = LOW_CONFIDENCE_SHARE) -> list[int]:
+    """The candidates to return when none reached minScore: at most ``limit`` of the best, each scoring at
+    least ``share`` of the best score, best first. The best is always one of them, unless ``limit`` is 0 or
+    it scores 0 (no similarity at all on either side)."""
+    ranked = sorted(scores, key=lambda rid: -scores[rid])[: max(0, limit)]
+    if not ranked or scores[ranked[0]] <= 0:
+        return []
+    floor = scores[ranked[0]] * share
+    return [rid for rid in ranked if scores[rid] >= floor]
+
+
+def keyword_only_scores(
+    ids: set[int], text: dict[int, float], text_ranked: Sequence[int], hybrid: HybridConfig, mode: str
+) -> dict[int, float]:
+    """Scores for candidates that have no vector yet (embedding pending): the keyword side alone, its weight
+    renormalised to 1, so the vector weight does not bury them. Weighted fusion and vector mode give the
+    keyword score; RRF gives the keyword rank's term divided by its best value."""
+    if mode == "hybrid" and hybrid.fusion == "rrf":
+        rank = {rid: i for i, rid in enumerate(text_ranked, start=1)}
+        return {rid: (hybrid.rrf_k + 1) / (hybrid.rrf_k + rank[rid]) for rid in ids}
+    return {rid: text[rid] for rid in ids}
+
+
 def log_date(path: str) -> date | None:
     """The date of a daily log from its workspace-relative path; None for MEMORY.md and undated files."""
     m = _DAILY.match(path.replace("\\", "/"))
@@ -327,22 +367,30 @@ def search(
     hybrid: HybridConfig,
     keyword_score: str = "coverage",
     today: date | None = None,
+    low_confidence_results: int = 3,
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
-    decay counts ages from (default: the machine's local date)."""
+    decay counts ages from (default: the machine's local date). When no candidate reaches ``min_score``,
+    up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
-    use_keywords = query_vector is None or hybrid.enabled
+    # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
+    use_keywords = query_vector is None or hybrid.enabled or store.pending_count() > 0
     vec_ranked: list[tuple[int, float]] = store.knn(query_vector, candidates) if query_vector is not None else []
     vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
     text_scores = _keyword_scores(store, query, terms, candidates, keyword_score) if use_keywords else {}
-    if query_vector is not None and hybrid.enabled:
+    no_vector: set[int] = set()
+    if query_vector is not None and text_scores:
         # Score every candidate on both sides: a chunk found only by keywords gets its real vector
         # similarity rather than 0, so the vector weight does not bury exact keyword hits.
         unseen = [rid for rid in text_scores if rid not in vec_scores]
-        for rid, sim in store.chunk_similarities(unseen, query_vector).items():
-            vec_scores[rid] = min(1.0, max(0.0, sim))
+        similarities = store.chunk_similarities(unseen, query_vector)
+        no_vector = {rid for rid in unseen if rid not in similarities}
+        if hybrid.enabled:
+            for rid, sim in similarities.items():
+                vec_scores[rid] = min(1.0, max(0.0, sim))
 
+    text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
     if query_vector is None:
         mode = "keyword"
         scores = dict(text_scores)
@@ -351,18 +399,29 @@ def search(
         scores = dict(vec_scores)
     elif hybrid.fusion == "rrf":
         mode = "hybrid"
-        text_ranked = sorted(text_scores, key=lambda r: -text_scores[r])
         scores = fuse_rrf(
             [r for r, _ in vec_ranked], text_ranked, hybrid.vector_weight, hybrid.text_weight, hybrid.rrf_k
         )
     else:
         mode = "hybrid"
         scores = fuse_weighted(vec_scores, text_scores, hybrid.vector_weight, hybrid.text_weight)
+    if no_vector:
+        scores.update(keyword_only_scores(no_vector, text_scores, text_ranked, hybrid, mode))
 
+    low: set[int] = set()
+    notes: list[str] = []
     if mode != "keyword":
-        below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid)]
+        below = [rid for rid, s in scores.items() if s < min_score and text_scores.get(rid) and rid not in no_vector]
         exact = {rid for rid, c in store.chunks_by_ids(below).items() if contains_all_terms(c.text, terms, query)}
-        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in exact}
+        if scores and max(scores.values()) < min_score and not exact and not no_vector:  # an answer exists
+            low = set(low_confidence_picks(scores, min(low_confidence_results, max_results))) - exact - no_vector
+            if low:
+                notes.append(
+                    f"no result reached minScore {min_score:g}; the {len(low)} closest are shown with "
+                    "lowConfidence: true and may be unrelated: read them before relying on them"
+                )
+        kept = exact | no_vector | low
+        scores = {rid: s for rid, s in scores.items() if s >= min_score or rid in kept}
     decay, mmr = hybrid.temporal_decay, hybrid.mmr
     reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])
@@ -379,14 +438,14 @@ def search(
         chunk = chunks.get(rid)
         if chunk is None:
             continue
-        hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid)))
+        hits.append(Hit(chunk, scores[rid], vec_scores.get(rid), text_scores.get(rid), rid in low))
     hits.sort(key=lambda h: (-h.score, h.chunk.path, h.chunk.start_line))
     if mmr.enabled:
         by_id = {h.chunk.id: h for h in hits if h.chunk.id is not None}
         texts = {rid: h.chunk.text for rid, h in by_id.items()}
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
-    return SearchOutcome(hits[:max_results], mode, snippet_terms)
+    return SearchOutcome(hits[:max_results], mode, snippet_terms, notes)
 
 
 def _prune_common(store: Store, terms: list[str]) -> list[str]:

@@ -13,11 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdmemory.errors import LockError, ProviderError, SyncCancelled
+from mdmemory.errors import EmbeddingsPending, LockError, ProviderError, StoreError, SyncCancelled
 from mdmemory.memory import Memory
 
 MAX_BACKOFF_SECONDS = 300.0
 FIRST_BACKOFF_SECONDS = 2.0
+MAX_STORE_BACKOFF_SECONDS = (
+    30.0  # a full disk or read-only index is retried at least this often: freed space is used soon
+)
 
 
 @dataclass
@@ -56,6 +59,8 @@ class SyncService:
         self._next_reconcile = time.monotonic() + self.interval if self.interval else None
         self._stopping = False
         self._backoff = 0.0
+        # While embeddings fail: when to try them again. File events meanwhile still index text at once.
+        self._embed_retry_at: float | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._idle = threading.Event()
         self._idle.set()
@@ -70,7 +75,7 @@ class SyncService:
         with self._cond:
             if path:
                 self.state.pending.add(path)
-            if self._backoff == 0.0:
+            if self._backoff == 0.0 or self._embed_retry_at is not None:
                 self._due = time.monotonic() + self.debounce
             self._cond.notify()
 
@@ -133,26 +138,43 @@ class SyncService:
 
     def _sync_once(self, pending: set[str]) -> None:
         started = time.monotonic()
+        retry = self._embed_retry_at
+        embed = retry is None or time.monotonic() >= retry  # before the retry is due, index text only
         try:
-            report = self.memory.sync()
+            report = self.memory.sync(embed=embed)
         except SyncCancelled:
             return
         except LockError as exc:  # another writer is busy: try again shortly
             self._retry_later(exc, 1.0, pending)
             return
+        except EmbeddingsPending as exc:  # the text is indexed; embed again with backoff
+            self._backoff = min(MAX_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
+            self._embed_retry_at = time.monotonic() + self._backoff
+            self._retry_later(exc, self._backoff, set())
+            return
         except ProviderError as exc:  # embeddings down: keep the last index, retry with backoff
             self._backoff = min(MAX_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
+            self._retry_later(exc, self._backoff, pending)
+            return
+        except StoreError as exc:  # disk full, read-only or corrupt beyond repair: the last index keeps answering
+            self._backoff = min(MAX_STORE_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
             self._retry_later(exc, self._backoff, pending)
             return
         except Exception as exc:  # noqa: BLE001 - the loop must outlive any single failure; it is reported
             self._backoff = min(MAX_BACKOFF_SECONDS, max(FIRST_BACKOFF_SECONDS, self._backoff * 2))
             self._retry_later(exc, self._backoff, pending)
             return
-        self._backoff = 0.0
+        if not embed:  # a text-only sync during an embedding outage: the retry stays scheduled
+            with self._cond:
+                self._due = retry if self._due is None or retry is None else min(self._due, retry)
+        else:
+            self._backoff = 0.0
+            self._embed_retry_at = None
         self.state.syncs += 1
         self.state.last_sync_at = time.time()
         self.state.last_sync_seconds = time.monotonic() - started
-        self.state.last_error = None
+        if embed:
+            self.state.last_error = None
         if self.on_report:
             self.on_report(report)
 

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
-from mdmemory.config import CitationsMode
-from mdmemory.errors import WorkspaceError
+from mdmemory.config import CitationsMode, MemorySearchConfig
+from mdmemory.errors import SpecialFileError, WorkspaceError
 from mdmemory.pack import cite
 from mdmemory.search import SNIPPET_CHARS, SearchOutcome, make_snippet
-from mdmemory.workspace import Workspace, read_text
+from mdmemory.workspace import Workspace, read_capped
 
 RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")
 CITED_RESULT_KEYS = (*RESULT_KEYS, "citation")
+DEFAULT_MAX_BYTES = MemorySearchConfig.max_file_bytes  # Memory.get passes the configured one
 
 
 def citations_on(mode: CitationsMode, session_kind: str) -> bool:
@@ -22,10 +24,13 @@ def citations_on(mode: CitationsMode, session_kind: str) -> bool:
 def search_response(
     outcome: SearchOutcome, *, provider: str, model: str | None, citations: bool = False
 ) -> dict[str, Any]:
-    """``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, mode}``.
+    """``{results: [{path, startLine, endLine, score, snippet, source[, citation][, lowConfidence]}], provider,
+    model, mode}``.
 
     With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
-    ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included).
+    ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
+    marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
+    which the caller reports as warnings).
     """
     results = []
     for h in outcome.hits:
@@ -33,7 +38,7 @@ def search_response(
         ref = cite(c.path, c.start_line, c.end_line)
         footer = f"\n\nSource: {ref}" if citations else ""
         snippet = make_snippet(c.text, outcome.terms, c.heading, limit=max(SNIPPET_CHARS - len(footer), 100))
-        result = {
+        result: dict[str, Any] = {
             "path": c.path,
             "startLine": c.start_line,
             "endLine": c.end_line,
@@ -43,14 +48,26 @@ def search_response(
         }
         if citations:
             result["citation"] = ref
+        if h.low_confidence:
+            result["lowConfidence"] = True
         results.append(result)
     return {"results": results, "provider": provider, "model": model, "mode": outcome.mode}
 
 
-def get_file(workspace: Workspace, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+def get_file(
+    workspace: Workspace,
+    path: str,
+    from_line: int | None = None,
+    lines: int | None = None,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> dict[str, Any]:
     """Read a memory file or a 1-based slice of its lines: ``{path, text}`` or ``{path, text: "", error}``.
 
-    A memory file that does not exist yet returns empty text, not an error.
+    A memory file that does not exist yet returns empty text, not an error. Only regular files with one
+    link are opened (a FIFO, a device, a socket or a hard link is refused without being opened), and at
+    most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
+    line with ``truncated: true`` and a ``note`` saying so.
     """
     shown = path if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
@@ -62,17 +79,25 @@ def get_file(workspace: Workspace, path: str, from_line: int | None = None, line
         return {"path": shown, "text": "", "error": str(exc)}
     rel = workspace.rel(target)
     try:
-        text, _, _ = read_text(target)
+        text, size = read_capped(target, max_bytes, shown=rel)
     except FileNotFoundError:
         return {"path": rel, "text": ""}
-    except IsADirectoryError:
-        return {"path": rel, "text": "", "error": f"{rel} is a folder, not a memory file"}
+    except SpecialFileError as exc:
+        return {"path": rel, "text": "", "error": str(exc)}
     except OSError as exc:
-        reason = "it is a symlink" if getattr(exc, "errno", None) == 40 else exc.strerror or str(exc)
+        reason = "it is a symlink" if getattr(exc, "errno", None) == errno.ELOOP else exc.strerror or str(exc)
         return {"path": rel, "text": "", "error": f"cannot read {rel}: {reason}"}
-    if from_line is None and lines is None:
-        return {"path": rel, "text": text}
-    all_lines = text.split("\n")
-    start = (from_line or 1) - 1
-    end = len(all_lines) if lines is None else start + lines
-    return {"path": rel, "text": "\n".join(all_lines[start:end])}
+    out: dict[str, Any] = {"path": rel, "text": text}
+    if from_line is not None or lines is not None:
+        all_lines = text.split("\n")
+        start = (from_line or 1) - 1
+        end = len(all_lines) if lines is None else start + lines
+        out["text"] = "\n".join(all_lines[start:end])
+    if size is not None:
+        out["truncated"] = True
+        out["note"] = (
+            f"{rel} is {size} bytes; memory_get read only its first {max_bytes} bytes (maxFileBytes), "
+            f"{text.count(chr(10))} whole lines: later lines cannot be read this way. Raise "
+            "agents.defaults.memorySearch.maxFileBytes to read more, or split the file"
+        )
+    return out

@@ -2,7 +2,10 @@
 
 Memory files are ``MEMORY.md``, ``memory.md``, ``memory/**/*.md`` and the configured ``extraPaths``
 (files or folders, relative to the workspace or absolute). Symlinks are never followed, neither while
-discovering nor while reading.
+discovering nor while reading. Only regular files with one link are memory: a FIFO, a device, a socket or
+a hard link named ``*.md`` is never opened (discovery reports it as a ``SpecialFile``), and every open goes
+through ``open_regular`` (``lstat`` first, then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on the open fd).
+``missing_roots`` says which of the folders memory comes from are absent right now.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mdmemory.errors import WorkspaceError
+from mdmemory.errors import SpecialFileError, WorkspaceError
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
@@ -30,8 +33,74 @@ class MemoryFile:
     mtime: float = 0.0
 
 
+@dataclass(frozen=True)
+class SpecialFile:
+    """A memory-named path that is not a regular file with one link; never opened, never indexed."""
+
+    rel: str
+    kind: str  # from special_kind(): "a FIFO (named pipe)", "a character device", "hard-linked (2 links)"...
+
+    @property
+    def warning(self) -> str:
+        why = ""
+        if self.kind.startswith("hard-linked"):
+            why = " (a copy, not a link: a hard link can bring in a file from outside the workspace)"
+        return f"{self.rel} is {self.kind}: not indexed; replace it with a regular file{why}"
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One discovery pass: the memory files, and the special files that were skipped."""
+
+    files: list[MemoryFile]
+    special: list[SpecialFile]
+
+
+@dataclass(frozen=True)
+class MissingRoot:
+    """A folder memory comes from that is absent now: the workspace, ``memory/`` or an ``extraPaths`` entry.
+
+    ``kind`` is ``workspace``, ``memory`` or ``extra``; ``shown`` is how people know it (the workspace's
+    path, ``memory/``, the extraPaths entry); ``reason`` completes "<shown> ..." (``does not exist``,
+    ``is not a folder``, ``is empty``...). ``prefix`` is what the indexed paths under it start with.
+    """
+
+    kind: str
+    path: str
+    shown: str
+    reason: str
+    prefix: str = ""
+
+    def holds(self, rel: str) -> bool:
+        """Whether the indexed path ``rel`` (as ``Workspace.rel`` names it) lies under this root."""
+        if self.kind == "workspace":
+            return not rel.startswith("/")
+        return rel == self.prefix or rel.startswith(self.prefix + "/")
+
+
+EMPTY = "is empty"
+
+
 def _is_md(name: str) -> bool:
     return name.lower().endswith(".md")
+
+
+def special_kind(st: os.stat_result) -> str | None:
+    """Why a file with this ``lstat`` may not be read as memory, or None for a regular file with one link."""
+    mode = st.st_mode
+    if stat.S_ISREG(mode):
+        return f"hard-linked ({st.st_nlink} links)" if st.st_nlink > 1 else None
+    for test, kind in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symlink"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
 
 
 class Workspace:
@@ -62,19 +131,30 @@ class Workspace:
 
     # -- discovery ----------------------------------------------------------------------------------
     def discover(self) -> list[MemoryFile]:
-        """Every memory file on disk, de-duplicated, sorted by name. Symlinks are skipped."""
+        """Every memory file on disk, de-duplicated, sorted by name. Symlinks and special files are skipped."""
+        return self.scan().files
+
+    def scan(self) -> Scan:
+        """``discover`` plus the special files it skipped (FIFOs, devices, sockets, hard links)."""
         seen: set[tuple[int, int]] = set()
         found: dict[str, MemoryFile] = {}
+        special: dict[str, SpecialFile] = {}
 
         def add(path: Path | str, source: str | None) -> None:
             try:
                 st = os.lstat(path)
             except OSError:
                 return
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in seen:
+            if stat.S_ISLNK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                return
+            rel = self.rel(path)
+            kind = special_kind(st)
+            if kind is not None:
+                special.setdefault(rel, SpecialFile(rel, kind))
+                return
+            if (st.st_dev, st.st_ino) in seen:
                 return
             seen.add((st.st_dev, st.st_ino))
-            rel = self.rel(path)
             found.setdefault(
                 rel, MemoryFile(rel, os.fspath(path), source or self.source_of(rel), st.st_size, st.st_mtime)
             )
@@ -94,7 +174,36 @@ class Workspace:
                     add(path, None)
             elif _is_md(extra.name):
                 add(extra, None)
-        return [found[k] for k in sorted(found)]
+        return Scan([found[k] for k in sorted(found)], [special[k] for k in sorted(special)])
+
+    def missing_roots(self) -> list[MissingRoot]:
+        """The folders memory comes from that are absent now, from a few ``lstat`` calls.
+
+        The workspace is absent when it does not exist, is not a folder or cannot be read, and is listed
+        as ``is empty`` when it holds no entry at all (an unmounted drive leaves an empty mount point;
+        whether that matters depends on the index, see ``mdmemory.roots``). ``memory/`` is absent when it
+        does not exist (normal in a new workspace), is not a folder or is a symlink; an ``extraPaths``
+        entry when it does not exist, goes through a symlink, or is neither a folder nor a ``.md`` file.
+        """
+        out: list[MissingRoot] = []
+        root = str(self.root)
+        problem = _root_problem(root)
+        if problem is not None:
+            out.append(MissingRoot("workspace", root, root, problem))
+        if problem is None or problem == EMPTY:
+            mem_dir = self.root / MEMORY_DIR
+            reason = _entry_problem(mem_dir, folder_only=True)
+            if reason is not None:
+                out.append(MissingRoot("memory", str(mem_dir), f"{MEMORY_DIR}/", reason, MEMORY_DIR))
+        for extra in self.extra_roots:
+            inside = _inside(extra, self.root)
+            if inside and problem is not None and problem != EMPTY:
+                continue  # the missing workspace holds it
+            reason = "goes through a symlink (symlinks are not followed)" if self._has_symlink(extra) else None
+            reason = reason or _entry_problem(extra, folder_only=False)
+            if reason is not None:
+                out.append(MissingRoot("extra", str(extra), self.rel(extra), reason, self.rel(extra)))
+        return out
 
     def is_memory_path(self, path: Path) -> bool:
         """Whether ``path`` (absolute) is one of this workspace's memory files by name (not by content)."""
@@ -164,8 +273,42 @@ def _inside(path: Path, folder: Path) -> bool:
     return path != folder
 
 
+def _root_problem(root: str) -> str | None:
+    try:
+        st = os.stat(root)  # the workspace itself may be a symlink (its contents may not)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    try:
+        with os.scandir(root) as entries:
+            empty = next(entries, None) is None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return EMPTY if empty else None
+
+
+def _entry_problem(path: Path, *, folder_only: bool) -> str | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink (symlinks are not followed)"
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    if folder_only:
+        return "is not a folder"
+    return None if stat.S_ISREG(st.st_mode) and _is_md(path.name) else "is neither a folder nor a .md file"
+
+
 def _walk_md(folder: Path | str) -> Iterator[str]:
-    """Markdown files under ``folder``, recursively, never entering symlinked folders."""
+    """Markdown-named entries under ``folder`` that are not folders or symlinks (regular files, and special
+    files for ``scan`` to report), recursively, never entering symlinked folders."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -176,25 +319,84 @@ def _walk_md(folder: Path | str) -> Iterator[str]:
                 continue
             if entry.is_dir(follow_symlinks=False):
                 yield from _walk_md(entry.path)
-            elif entry.is_file(follow_symlinks=False) and _is_md(entry.name):
+            elif _is_md(entry.name):
                 yield entry.path
         except OSError:
             continue
 
 
-def read_text(path: Path | str) -> tuple[str, int, bytes]:
-    """Read a memory file without following a final symlink.
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644, *, shown: str | None = None) -> int:
+    """Open a memory file that is a regular file with one link; return the fd (blocking mode).
 
-    Returns (text, replaced, raw) where ``replaced`` counts invalid UTF-8 sequences that became U+FFFD.
+    Never follows a final symlink and never opens a FIFO, a device or a socket: an ``lstat`` refuses them
+    before the open, and ``O_NOFOLLOW | O_NONBLOCK`` then an ``fstat`` of the open fd close the race of a
+    file swapped in between (a FIFO opened non-blocking does not wait for a writer). With ``O_CREAT`` in
+    ``flags`` a missing file is created. Raises ``SpecialFileError`` (an ``OSError``) for a special file or a
+    hard link, ``OSError`` otherwise.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read()
+    name = shown or os.fspath(path)
+    try:
+        kind = special_kind(os.lstat(path))
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            raise
+        kind = None
+    if kind is not None:
+        raise _special(name, kind)
+    extra = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | extra, mode)
+    try:
+        kind = special_kind(os.fstat(fd))
+        if kind is not None:
+            raise _special(name, kind)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _special(name: str, kind: str) -> SpecialFileError:
+    why = " (a hard link can bring in a file from outside the workspace)" if kind.startswith("hard-linked") else ""
+    return SpecialFileError(
+        f"{name} is {kind}, not a regular file{why}: mdmemory never opens it. Fix: replace it with a regular file."
+    )
+
+
+def _decode(raw: bytes) -> tuple[str, int]:
     text = raw.decode("utf-8", errors="replace")
     replaced = 0
     if "\ufffd" in text:
         replaced = text.count("\ufffd") - raw.decode("utf-8", errors="ignore").count("\ufffd")
     if text.startswith("\ufeff"):
         text = text[1:]
+    return text, replaced
+
+
+def read_text(path: Path | str) -> tuple[str, int, bytes]:
+    """Read a memory file (a regular file with one link, see ``open_regular``).
+
+    Returns (text, replaced, raw) where ``replaced`` counts invalid UTF-8 sequences that became U+FFFD.
+    """
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read()
+    text, replaced = _decode(raw)
     return text, replaced, raw
+
+
+def read_capped(path: Path | str, max_bytes: int, *, shown: str | None = None) -> tuple[str, int | None]:
+    """Read at most ``max_bytes`` of a memory file: (text, total size when it was cut, else None).
+
+    A cut file keeps its whole lines (up to the last newline within the cap, when there is one).
+    """
+    fd = open_regular(path, shown=shown)
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        raw = fh.read(max_bytes + 1)
+    if len(raw) <= max_bytes:
+        return _decode(raw)[0], None
+    raw = raw[:max_bytes]
+    cut = raw.rfind(b"\n")
+    text = _decode(raw[: cut + 1])[0] if cut >= 0 else _decode(raw)[0].rstrip("\ufffd")  # no half character
+    return text, max(size, max_bytes + 1)

@@ -8,9 +8,12 @@
         provider.embed_documents(["a", "b"])
         server.inputs()  # [["a", "b"], ["a", "b"], ["a", "b"]]: two faults, then success
 
-Faults are consumed one per embeddings request, in order; with the queue empty the server answers
-normally. Vectors are deterministic (``fake_vector``), so tests can compare exact values. The server binds
-loopback only, refuses non-loopback peers, and ``stop()`` wakes slow handlers and joins every thread.
+Faults are consumed one per embeddings request, in order; with the queue empty the server applies the
+outage fault if one is set (``server.outage(Fault.hang())`` until ``server.outage(None)``), else answers
+normally. Besides HTTP errors and bad bodies it can hang, trickle bytes (headers included) and send huge
+bodies, recording how many bytes each response really wrote (``RecordedRequest.sent``). Vectors are
+deterministic (``fake_vector``), so tests can compare exact values. The server binds loopback only,
+refuses non-loopback peers, and ``stop()`` wakes slow handlers and joins every thread.
 Use ``FakeOpenAIServer`` as a context manager, or the ``fake_openai`` fixture (import it into a test
 module or list ``"tests.fake_openai"`` in ``pytest_plugins``).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import itertools
 import json
 import threading
 from collections import deque
@@ -56,6 +60,9 @@ class Fault:
     count_delta: int = 0
     body: bytes = b""
     content_type: str = "application/json"
+    size: int = 0
+    declared: bool = True
+    interval: float = 0.0
 
     @classmethod
     def status_error(
@@ -92,6 +99,22 @@ class Fault:
     def slow(cls, seconds: float) -> Fault:
         """Wait ``seconds`` (woken early by ``stop()``) before answering normally."""
         return cls("slow", delay=seconds)
+
+    @classmethod
+    def hang(cls) -> Fault:
+        """Read the request, then never answer (until ``stop()``)."""
+        return cls("hang")
+
+    @classmethod
+    def trickle(cls, interval: float = 1.0, headers: bool = False) -> Fault:
+        """Answer 200 one byte every ``interval`` seconds, forever: the body only, or from the status line on."""
+        return cls("trickle_headers" if headers else "trickle", interval=interval)
+
+    @classmethod
+    def huge(cls, size: int, declared: bool = True, status: int = 200) -> Fault:
+        """A ``status`` answer whose body is ``size`` bytes (a JSON prefix, then padding), with Content-Length
+        when ``declared``, else ended by closing the connection. Written in 64 KiB pieces."""
+        return cls("huge", status=status, size=size, declared=declared)
 
     @classmethod
     def malformed(cls, body: bytes = b'{"object": "list", "data": [{"index": 0, "embe') -> Fault:
@@ -135,6 +158,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     fault: str | None = None
+    sent: int = 0  # bytes of the response written before it ended or the client went away
 
 
 @dataclass
@@ -142,6 +166,7 @@ class _State:
     dims: int
     api_key: str | None
     faults: deque[Fault] = field(default_factory=deque)
+    outage: Fault | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -161,15 +186,20 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         with state.lock:
-            fault = state.faults.popleft() if self.path in EMBEDDING_PATHS and state.faults else None
+            fault = None
+            if self.path in EMBEDDING_PATHS:
+                fault = state.faults.popleft() if state.faults else state.outage
             headers = {k.lower(): v for k, v in self.headers.items()}
-            state.requests.append(RecordedRequest("POST", self.path, headers, body, fault and fault.kind))
+            self.record = RecordedRequest("POST", self.path, headers, body, fault and fault.kind)
+            state.requests.append(self.record)
         if self.path not in EMBEDDING_PATHS:
             return self._error(404, f"Invalid URL (POST {self.path})")
         presented = headers.get("authorization", "").removeprefix("Bearer ")
         rejected = state.api_key is not None and presented != state.api_key
         if rejected or (fault is not None and fault.kind == "unauthorized"):
             return self._error(401, f"Incorrect API key provided: {presented}.")
+        if fault is not None and fault.kind in _STREAMING:
+            return _STREAMING[fault.kind](self, fault)
         if fault is not None:
             if fault.status != 200:
                 return self._error(fault.status, fault.message, fault.headers)
@@ -226,8 +256,53 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(payload)
+            self.record.sent = len(payload)
         except OSError:  # the client gave up (timeout) and closed the socket
             pass
+
+    # -- faults that take their time -----------------------------------------------------------------
+    def _hang(self, fault: Fault) -> None:
+        self.server.state.stopping.wait()
+
+    def _trickle(self, fault: Fault) -> None:
+        head = f"{self.protocol_version} 200 OK\r\nContent-Type: application/json\r\n"
+        head += "Content-Length: 4096\r\n\r\n"  # under any size cap: only the clock can stop it
+        if fault.kind == "trickle" and not self._write(head.encode()):
+            return
+        filler = b'{"object": "list", "data": [' + b" " * 64
+        stream = itertools.chain(head.encode() if fault.kind == "trickle_headers" else b"", itertools.cycle(filler))
+        while not self.server.state.stopping.wait(fault.interval):
+            if not self._write(bytes([next(stream)])):
+                return
+
+    def _huge(self, fault: Fault) -> None:
+        head = f"{self.protocol_version} {fault.status} Fake\r\nContent-Type: application/json\r\n"
+        head += f"Content-Length: {fault.size}\r\n" if fault.declared else ""
+        if not self._write((head + "Connection: close\r\n\r\n").encode()):
+            return
+        self.record.sent = 0
+        prefix = b'{"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": ['
+        piece = prefix + b"0.0, " * ((65536 - len(prefix)) // 5)
+        left = fault.size
+        while left > 0 and not self.server.state.stopping.is_set():
+            chunk = piece[: min(left, len(piece))]
+            if not self._write(chunk):
+                return
+            self.record.sent += len(chunk)
+            left -= len(chunk)
+            piece = b"0.0, " * (65536 // 5)
+
+    def _write(self, data: bytes) -> bool:
+        try:
+            self.wfile.write(data)
+            self.wfile.flush()
+            return True
+        except OSError:  # the client closed the connection: what it refused, it refused
+            return False
+
+
+_STREAMING = {"hang": _Handler._hang, "trickle": _Handler._trickle, "trickle_headers": _Handler._trickle}
+_STREAMING["huge"] = _Handler._huge
 
 
 class _Server(ThreadingHTTPServer):
@@ -280,10 +355,20 @@ class FakeOpenAIServer:
                 out.append(value if isinstance(value, list) else [value])
         return out
 
+    def outage(self, fault: Fault | None) -> None:
+        """Apply ``fault`` to every embeddings request the queue does not cover, until ``outage(None)``."""
+        with self._state.lock:
+            self._state.outage = fault
+
     def enqueue(self, *faults: Fault) -> None:
         """Queue faults for the next requests, one each, in order."""
         with self._state.lock:
             self._state.faults.extend(faults)
+
+    def clear_faults(self) -> None:
+        """Drop every queued fault (an outage ends)."""
+        with self._state.lock:
+            self._state.faults.clear()
 
     @property
     def pending_faults(self) -> int:

@@ -192,7 +192,10 @@ def test_a_broken_index_is_an_error_result_not_an_exception(
         mem.search("anything")
     result = call_tool(mem, "memory_search", {"query": "anything"})
     assert result["results"] == [] and result["error"]
-    assert "error" in call_tool(mem, "memory_status")
+    status = call_tool(mem, "memory_status")  # status still answers, and says what is wrong with the index
+    assert "error" not in status and status["storeState"]["state"] == "error" and status["files"] is None
+    message = status["storeState"]["message"]
+    assert "index.sqlite" in message and "memorySearch.store.path" in message
 
 
 class _Exploding(Memory):

@@ -140,3 +140,19 @@ def test_status_reports_an_unavailable_provider_instead_of_failing(
     status = json.loads(out)
     assert code == 0 and status["provider"] == "none" and status["requestedProvider"] == "local"
     assert any("missing.gguf" in w and "provider unavailable" in w for w in status["warnings"])
+
+
+def test_search_marks_low_confidence_results(
+    workspace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(workspace / "MEMORY.md", "# Infra\n\nBackups run nightly with restic to the NAS vault.\n")
+    cfg = tmp_path / "hash.json5"
+    cfg.write_text(
+        json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": {"provider": "hash"}}}})
+    )
+    code, out, _ = run(capsys, "search", "restic lisbon", "--config", str(cfg), "--min-score", "0.99")
+    assert code == 0
+    assert "MEMORY.md:1-3  score" in out and out.count("(low confidence)") == 1
+    assert "note: no result reached minScore 0.99" in out
+    code, out, _ = run(capsys, "search", "restic vault", "--config", str(cfg), "--min-score", "0.99")
+    assert code == 0 and "MEMORY.md:1-3" in out and "low confidence" not in out  # an exact hit is not marked

@@ -61,14 +61,18 @@ def check_invariants(store_path: Path) -> None:
         c.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
         c.execute("INSERT INTO chunks_trigram(chunks_trigram) VALUES ('integrity-check')")
         chunk_ids = {r[0] for r in c.execute("SELECT id FROM chunks")}
+        pending = {r[0] for r in c.execute("SELECT chunk_id FROM pending_embeddings")}
         if s.vec_dims() is not None:
             vector_ids = {r[0] for r in c.execute("SELECT id FROM vectors")}
             owners = {r[0] for r in c.execute("SELECT DISTINCT chunk_id FROM vectors")}
-            assert owners == chunk_ids  # every chunk has vectors, no vector outlives its chunk
+            # every chunk has its vectors or is pending (killed between writing text and vectors), never both;
+            # no vector or pending mark outlives its chunk
+            assert owners | pending == chunk_ids and not owners & pending
             assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec")} == vector_ids
             assert {r[0] for r in c.execute("SELECT rowid FROM chunks_vec_bits")} == vector_ids
         else:
             assert c.execute("SELECT count(*) FROM vectors").fetchone()[0] == 0
+            assert pending == chunk_ids  # the provider (hash) embeds everything: nothing embedded yet
         orphans = c.execute("SELECT count(*) FROM chunks WHERE path NOT IN (SELECT path FROM files)").fetchone()[0]
         assert orphans == 0
         per_file = dict(c.execute("SELECT path, count(*) FROM chunks GROUP BY path").fetchall())
@@ -115,7 +119,7 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
     with Memory(load_config(config).agent()) as mem:  # the next sync converges to the files on disk
         mem.sync()
         check_invariants(agent.store_path)
-        assert mem.status()["staleFiles"] == []
+        assert mem.status()["staleFiles"] == [] and mem.status()["pendingEmbeddings"] == 0
     fresh_config = write_config(
         tmp_path / "fresh.json5",
         workspace,

@@ -148,19 +148,90 @@ def test_provider_outage_is_retried_while_keyword_search_works(workspace: Path, 
             "provider": "openai",
             "remote": {"baseUrl": server.url, "maxRetries": 1, "dimensions": 8},
             "sync": {"watchDebounceMs": 200, "onSearch": False},
+            "breaker": {"coolDownSeconds": 1, "maxCoolDownSeconds": 1},  # paused briefly: the test waits less
         }
         cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
         with Memory(load_config(cfg).agent()) as mem:
             mem.sync()
-        server.enqueue(Fault.server_error(), Fault.server_error())
+        server.enqueue(*[Fault.server_error()] * 4)  # two failed syncs: the first retry comes 2 s later, then 4 s
         write(workspace / "memory" / "2026-07-01.md", "the outage note about the heron")
         d = Daemon(cfg)
         try:
             error = d.wait_for(lambda e: e["event"] == "error" and "retryInSeconds" in e)
-            assert error["retryInSeconds"] >= 1
-            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile
+            assert error["retryInSeconds"] >= 1 and "waiting for embeddings" in error["error"]
+            # during the backoff a new file is still indexed after the debounce, as text only
+            write(workspace / "memory" / "2026-07-02.md", "the second outage note about the otter")
+            text_only = d.wait_for(lambda e: e["event"] == "sync" and e["pending"] == 2, timeout=5)
+            assert text_only["indexed"] == 1 and text_only["embedded"] == 0
+            with Memory(load_config(cfg).agent()) as reader:  # searching still works meanwhile...
                 assert reader.search("gate code")["results"][0]["path"] == "MEMORY.md"
+                # ...and the notes written during the outage are already found by their keywords
+                assert reader.search("outage heron")["results"][0]["path"] == "memory/2026-07-01.md"
+                assert reader.search("outage otter")["results"][0]["path"] == "memory/2026-07-02.md"
+                assert reader.status()["pendingEmbeddings"] == 2
             recovered = d.wait_for(lambda e: e["event"] == "sync" and e["embedded"] >= 1, timeout=30)
-            assert recovered["indexed"] >= 1
+            assert recovered["pending"] == 0 and recovered["embedded"] == 2
+            with Memory(load_config(cfg).agent()) as reader:
+                status = reader.status()
+                assert status["pendingEmbeddings"] == 0 and status["vectors"] == status["chunks"] == 3
         finally:
             assert d.stop() == 0
+
+
+def test_starts_with_a_missing_workspace_waits_for_it_and_status_says_so(workspace: Path, tmp_path: Path) -> None:
+    """The daemon does not die: it reports the missing workspace, arms when it appears, and syncs."""
+    missing = tmp_path / "not-yet"
+    cfg = tmp_path / "late.json5"
+    ms = {"provider": "hash", "sync": {"watchDebounceMs": 200}}
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(missing), "memorySearch": ms}}}))
+    agent = load_config(cfg).agent()
+    d = Daemon(cfg)
+    try:
+        waiting = d.wait_for(lambda e: e["event"] == "waiting")
+        assert waiting["waitingFor"] == str(missing)
+        error = d.wait_for(lambda e: e["event"] == "error" and "does not exist" in e["error"])
+        assert "retryInSeconds" in error and d.proc.poll() is None
+        with Memory(agent) as mem:
+            watcher = mem.status()["watcher"]
+            assert watcher["running"] is True
+            assert (watcher["armed"], watcher["waitingFor"], watcher["mode"]) == (False, str(missing), None)
+            assert "does not exist" in mem.status()["lastError"]["error"]
+        write(missing / "memory" / "2026-08-01.md", "the workspace arrived with the quokka")
+        d.wait_for(lambda e: e["event"] == "sync" and e["indexed"] == 1)  # the resync after arming
+        armed = next(e for e in d.log if e["event"] == "watching")  # logged when armed, before that sync
+        assert armed["mode"] == "native" and armed["rearms"] == 1
+        with Memory(agent) as mem:
+            assert mem.search("quokka")["results"][0]["path"] == "memory/2026-08-01.md"
+            deadline = time.monotonic() + 10
+            while not mem.status()["watcher"].get("armed") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            watcher = mem.status()["watcher"]
+            assert (watcher["armed"], watcher["waitingFor"]) == (True, None)
+            assert mem.status()["lastError"] is None
+        write(missing / "memory" / "2026-08-02.md", "a later note about the wombat")
+        d.wait_for(lambda e: e["event"] == "sync" and e["indexed"] == 1)
+        with Memory(agent) as mem:
+            assert mem.search("wombat")["results"][0]["path"] == "memory/2026-08-02.md"
+    finally:
+        assert d.stop() == 0
+
+
+def test_workspace_renamed_away_and_back_under_the_daemon(daemon: Daemon, config: Path, workspace: Path) -> None:
+    daemon.wait_for(lambda e: e["event"] == "sync")
+    away = workspace.with_name("ws-away")
+    workspace.rename(away)
+    assert daemon.wait_for(lambda e: e["event"] == "waiting")["waitingFor"] == str(workspace)
+    agent = load_config(config).agent()
+    with Memory(agent) as mem:
+        deadline = time.monotonic() + 10
+        while mem.status()["watcher"].get("armed") is not False and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert mem.status()["watcher"]["waitingFor"] == str(workspace)
+        assert mem.search("gate code")["results"][0]["path"] == "MEMORY.md"  # answered from the last index
+    away.rename(workspace)
+    daemon.wait_for(lambda e: e["event"] == "watching" and e["rearms"] >= 1)
+    time.sleep(1)
+    write(workspace / "memory" / "2026-09-01.md", "back home with the capercaillie")
+    daemon.wait_for(lambda e: e["event"] == "sync" and e["indexed"] == 1)
+    with Memory(agent) as mem:
+        assert mem.search("capercaillie")["results"][0]["path"] == "memory/2026-09-01.md"

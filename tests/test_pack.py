@@ -251,6 +251,20 @@ def test_max_items_and_below_min_score() -> None:
     assert [r.decision for r in keyword.receipts] == ["included"] * 4  # no threshold in keyword mode
 
 
+def test_min_score_as_memory_search_applies_it_pending_vectors_and_low_confidence() -> None:
+    pending = Hit(chunk("MEMORY.md", 10, 10, 1), 0.2, None, 0.2)  # no vector yet: found by keywords, kept
+    weak = hit(chunk("memory/2026-03-09.md", 12, 12, 2), 0.1, kw=0.0)
+    p = pack([pending, weak], query="oat coffee", min_score=0.35, low_confidence=3)
+    assert [r.reason for r in p.receipts] == ["selected", "below_min_score"]
+    assert not any(i.low_confidence for i in p.items)
+    # nothing reaches minScore and nothing is exact or pending: the closest (>= 70% of the best) come marked
+    hits = [hit(chunk("MEMORY.md", 10, 10, 1), 0.3, kw=0.0), hit(chunk("memory/2026-03-09.md", 12, 12, 2), 0.1, kw=0.0)]
+    p = pack(hits, query="oat coffee", min_score=0.35, low_confidence=3)
+    assert [r.reason for r in p.receipts] == ["selected", "below_min_score"]
+    assert [i.to_dict().get("lowConfidence") for i in p.items] == [True]
+    assert pack(hits, query="oat coffee", min_score=0.35).items == []  # low_confidence 0: none
+
+
 def test_a_file_changed_since_indexing_or_gone_is_stale() -> None:
     c = chunk("MEMORY.md", 5, 6, 1)
     edited = {**FILES, "MEMORY.md": "# moved\n" + MEMORY}

@@ -278,3 +278,16 @@ def test_a_file_read_by_an_earlier_pack_is_read_again_when_it_changes_or_becomes
     (workspace / "MEMORY.md").symlink_to(outside)
     result = mem.pack("backups restic", budget_tokens=300, trace=True)
     assert result["items"] == [] and {r["reason"] for r in result["trace"]} == {"stale"}
+
+
+def test_when_nothing_reaches_min_score_the_closest_come_marked(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    write(workspace / "MEMORY.md", MEMORY)
+    write(workspace / "memory/2026-03-09.md", DAY)
+    mem = make_memory({"query": {"minScore": 0.99}})
+    result = mem.pack("restic snapshots zebra", budget_tokens=500)  # "zebra" is nowhere: no exact hit
+    assert result["items"] and all(i["lowConfidence"] is True for i in result["items"])
+    assert any("no candidate reached minScore 0.99" in w for w in result["warnings"])
+    off = make_memory({"query": {"minScore": 0.99, "lowConfidenceResults": 0}})
+    assert off.pack("restic snapshots zebra", budget_tokens=500)["items"] == []

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.errors import ProviderError
+from mdmemory.errors import EmbeddingsPending, ProviderError
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
@@ -22,7 +22,9 @@ from tests.conftest import REPO, write
 
 
 def leftovers(store_path: Path) -> list[str]:
-    return sorted(p.name for p in store_path.parent.iterdir() if p.name != store_path.name and ".lock" not in p.name)
+    """Database files beside the store path (not the lock, the health or the breaker file, which stay by design)."""
+    names = (p.name for p in store_path.parent.iterdir() if p.name != store_path.name)
+    return sorted(n for n in names if not n.endswith((".lock", ".health.json", ".breaker.json")))
 
 
 @pytest.fixture
@@ -57,8 +59,8 @@ def test_provider_change_rebuilds_once_and_swaps_atomically(notes: Path, make_me
 
 
 class FailingProvider(HashEmbeddingProvider):
-    def __init__(self, fail_after: int) -> None:
-        super().__init__(dims=48)
+    def __init__(self, fail_after: int, dims: int = 48) -> None:
+        super().__init__(dims=dims)
         self.fail_after = fail_after
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
@@ -67,22 +69,62 @@ class FailingProvider(HashEmbeddingProvider):
         return super().embed_batch(texts)
 
 
-def test_failed_rebuild_keeps_the_old_index_and_leaves_no_files(
+def test_failed_forced_rebuild_keeps_the_old_index_and_leaves_no_files(
     notes: Path, make_memory: Callable[..., Memory]
+) -> None:
+    no_cache = {"cache": {"enabled": False}}  # a forced rebuild would otherwise reuse every cached vector
+    first = make_memory(no_cache)
+    first.sync()
+    path = first.store.path
+    before = first.search("heron")
+    assert before["mode"] == "hybrid"
+    first.close()
+    broken = make_memory(no_cache)
+    broken._choice = ProviderChoice(FailingProvider(fail_after=0, dims=64), "hash")  # same identity, outage
+    with pytest.raises(ProviderError, match="simulated outage.*rebuild .* was discarded"):
+        broken.sync(force=True)
+    assert leftovers(path) == [] or all(n.startswith(path.name + "-") for n in leftovers(path))
+    assert not path.is_symlink()
+    again = make_memory()
+    assert again.search("heron") == before  # the live index, vectors and all, still answers
+
+
+def test_identity_change_during_an_outage_swaps_in_the_text_and_embeds_later(
+    notes: Path, make_memory: Callable[..., Memory], workspace: Path
 ) -> None:
     first = make_memory()
     first.sync()
     path = first.store.path
-    before = first.search("heron")
     first.close()
-    broken = make_memory()
-    broken._choice = ProviderChoice(FailingProvider(fail_after=2), "hash")
-    with pytest.raises(ProviderError):
-        broken.sync()
-    assert leftovers(path) == [] or all(n.startswith(path.name + "-") for n in leftovers(path))
-    assert not path.is_symlink()
-    again = make_memory()
-    assert again.search("heron")["results"] == before["results"]
+    write(workspace / "memory" / "2026-04-09.md", "# Day 9\n\nThe kingfisher dived twice.\n")
+    provider = FailingProvider(fail_after=0)  # 48 dims: a new identity, and the provider is down
+    mem = make_memory({"breaker": {"coolDownSeconds": 1, "maxCoolDownSeconds": 1}})  # paused only briefly
+    mem._choice = ProviderChoice(provider, "hash")
+    with pytest.raises(EmbeddingsPending) as failed:
+        mem.sync()
+    assert failed.value.report["rebuilt"] is True and failed.value.pending == mem.store.counts()["chunks"] == 7
+    assert path.is_symlink()  # the old index was for another identity: its vectors could not serve this config
+    status = mem.status()
+    assert status["pendingEmbeddings"] == 7 and status["vectors"] == 0
+    assert "simulated outage" in status["lastError"]["error"]
+    found = mem.search("kingfisher")  # the query cannot be embedded either: keywords answer
+    assert found["mode"] == "keyword" and found["results"][0]["path"] == "memory/2026-04-09.md"
+    notes = " ".join(found["warnings"])
+    assert "answered from keywords only" in notes and "7 chunk(s) are not embedded yet" in notes
+    assert "being embedded by a background sync in this process" in notes
+    provider.fail_after = 10**6  # the provider is back
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            report = mem.sync()
+        except EmbeddingsPending:  # the breaker's pause after the outage has not ended yet
+            report = {"pending": -1}
+        if report["pending"] == 0:
+            break
+        time.sleep(0.1)  # or the background sync this search started holds the embedding lock
+    assert report["rebuilt"] is False and report["pending"] == 0
+    status = mem.status()
+    assert status["pendingEmbeddings"] == 0 and status["vectors"] == 7 and status["lastError"] is None
 
 
 SLOW_REBUILD = r"""
@@ -95,7 +137,7 @@ from mdmemory.providers.hashing import HashEmbeddingProvider
 class Slow(HashEmbeddingProvider):
     def embed_batch(self, texts):
         open(sys.argv[2], "w").close()
-        time.sleep(0.2)
+        time.sleep(5)  # killed during this
         return super().embed_batch(texts)
 
 agent = load_config(sys.argv[1]).agent()
@@ -125,6 +167,7 @@ def test_killed_rebuild_leaves_the_old_index_searchable(
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
     assert any(".g" in n for n in leftovers(path))  # it was killed midway through writing the new index
+    assert not path.is_symlink()  # before the swap
     survivor = make_memory()
     assert survivor.search("heron number 3")["results"] == expected
     survivor.sync()  # the next writer removes the dead rebuild's files

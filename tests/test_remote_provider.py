@@ -48,11 +48,16 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+MADE: list[OpenAIEmbeddingProvider] = []
+
+
 @pytest.fixture
 def server() -> Iterator[FakeOpenAIServer]:
     before = set(threading.enumerate())
     with FakeOpenAIServer(dims=DIMS) as srv:
         yield srv
+        while MADE:
+            MADE.pop().close()  # stops each provider's I/O loop thread
     leaked = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
     assert leaked == [], f"fake server left threads running: {leaked}"
 
@@ -68,6 +73,7 @@ def make(server: FakeOpenAIServer, **kwargs: object) -> tuple[OpenAIEmbeddingPro
     }
     options.update(kwargs)
     provider = OpenAIEmbeddingProvider(**options)  # type: ignore[arg-type]
+    MADE.append(provider)
     sleeps: list[float] = []
     provider.sleep = sleeps.append  # type: ignore[method-assign]
     return provider, sleeps

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from mdmemory.errors import InvalidArgumentError
+from mdmemory.agent.schemas import SEARCH_OUTPUT, call_tool
+from mdmemory.config import load_config
+from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory
 from mdmemory.search import (
+    LOW_CONFIDENCE_SHARE,
     cjk_match,
     contains_all_terms,
     fts_match,
     fuse_rrf,
     fuse_weighted,
+    low_confidence_picks,
     make_snippet,
     normalise_bm25,
     query_terms,
 )
 from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import write
+from tests.test_agent_tools import validate
 
 HOSTILE = [
     '"',
@@ -134,15 +140,95 @@ def test_exact_keyword_hit_is_never_hidden_by_min_score(notes: Path, make_memory
     hybrid = make_memory(provider="hash")
     hybrid.sync()
     res = hybrid.search("restic vault", min_score=0.99)
-    assert [r["path"] for r in res["results"]] == ["MEMORY.md"]
+    assert [r["path"] for r in res["results"] if not r.get("lowConfidence")] == ["MEMORY.md"]
+    assert res["results"][0]["path"] == "MEMORY.md" and "lowConfidence" not in res["results"][0]
     assert res["results"][0]["score"] < 0.99  # kept by the exact-hit rule, not by its score
 
 
-def test_min_score_filters_weak_vector_only_matches(notes: Path, make_memory: Callable[..., Memory]) -> None:
+def test_min_score_never_returns_candidates_without_any_similarity(
+    notes: Path, make_memory: Callable[..., Memory]
+) -> None:
     mem = make_memory(provider="hash")
     mem.sync()
-    assert mem.search("zzzunrelated qqqword", min_score=0.35)["results"] == []
-    assert mem.search("zzzunrelated qqqword", min_score=0.0)["results"] != []
+    assert max(r["score"] for r in mem.search("zzzunrelated qqqword", min_score=0.0)["results"]) == 0.0
+    res = mem.search("zzzunrelated qqqword", min_score=0.35)
+    assert res["results"] == [] and "warnings" not in res
+
+
+@pytest.mark.parametrize(
+    ("scores", "limit", "expected"),
+    [
+        ({1: 0.30, 2: 0.25, 3: 0.20, 4: 0.10}, 3, [1, 2]),  # 0.20 < 0.7 x 0.30
+        ({1: 0.30, 2: 0.29, 3: 0.28, 4: 0.27}, 3, [1, 2, 3]),  # a flat distribution fills the limit
+        ({4: 0.10, 3: 0.30}, 3, [3]),
+        ({1: 0.30, 2: 0.29}, 1, [1]),
+        ({1: 0.30, 2: 0.29}, 0, []),  # lowConfidenceResults 0: the empty answer of a strict minScore
+        ({1: 0.0, 2: 0.0}, 3, []),  # no similarity at all is not an answer
+        ({}, 3, []),
+    ],
+)
+def test_low_confidence_picks(scores: dict[int, float], limit: int, expected: list[int]) -> None:
+    assert low_confidence_picks(scores, limit) == expected
+
+
+def test_nothing_reaching_min_score_returns_the_best_few_marked(
+    notes: Path, make_memory: Callable[..., Memory]
+) -> None:
+    mem = make_memory(provider="hash")
+    mem.sync()
+    query = "restic collie"  # each word in a different note: no exact hit
+    ranked = mem.search(query, min_score=0.0)["results"]
+    res = call_tool(mem, "memory_search", {"query": query, "minScore": 0.99})
+    validate(res, SEARCH_OUTPUT)
+    results = res["results"]
+    assert all(r["lowConfidence"] is True for r in results)
+    closest = [r for r in ranked[:3] if r["score"] >= LOW_CONFIDENCE_SHARE * ranked[0]["score"]]
+    assert [{k: v for k, v in r.items() if k != "lowConfidence"} for r in results] == closest
+    assert 1 <= len(results) < len(ranked)  # the others were under 0.7 x the best, or past the limit
+    assert res["warnings"] == [
+        f"no result reached minScore 0.99; the {len(results)} closest are shown with lowConfidence: true "
+        "and may be unrelated: read them before relying on them"
+    ]
+    assert len(mem.search(query, max_results=1, min_score=0.99)["results"]) == 1
+
+    strict = make_memory({"query": {"lowConfidenceResults": 0}})
+    res = strict.search(query, min_score=0.99)
+    assert res["results"] == [] and "warnings" not in res  # the rule before lowConfidenceResults
+
+
+def test_the_top_candidate_is_never_hidden(notes: Path, make_memory: Callable[..., Memory]) -> None:
+    mem = make_memory(provider="hash")
+    mem.sync()
+    words = "backups nightly restic vault collie park balls weather café crème pixel note sushi".split()
+    queries = [f"{a} {b}" for a in words for b in words if a < b] + words + ["the weather in Lisbon"]
+    for query in queries:
+        ranked = mem.search(query, min_score=0.0)["results"]
+        for threshold in (0.35, 0.6, 0.99):
+            res = mem.search(query, min_score=threshold)
+            if ranked and ranked[0]["score"] > 0:
+                top = {k: v for k, v in res["results"][0].items() if k != "lowConfidence"}
+                assert top == ranked[0], (query, threshold)
+            flagged = [r for r in res["results"] if r.get("lowConfidence")]
+            assert all(r["score"] < threshold for r in flagged)
+            assert bool(flagged) == any("no result reached minScore" in w for w in res.get("warnings", []))
+            if any(r["score"] >= threshold for r in ranked):
+                assert not flagged, (query, threshold)  # confident answers are never padded
+
+
+def test_keyword_only_results_are_never_marked(notes: Path, make_memory: Callable[..., Memory]) -> None:
+    mem = make_memory(provider="none")
+    mem.sync()
+    res = mem.search("pixel weather", min_score=0.99)
+    assert res["results"] and not any("lowConfidence" in r for r in res["results"])
+    assert not any("minScore" in w for w in res["warnings"])
+
+
+def test_low_confidence_results_is_a_bounded_config_key(workspace: Path, tmp_path: Path) -> None:
+    cfg = tmp_path / "c.json5"
+    ms = {"query": {"lowConfidenceResults": 101}}
+    cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
+    with pytest.raises(ConfigError, match=r"query\.lowConfidenceResults: expected an integer from 0 to 100"):
+        load_config(cfg)
 
 
 @pytest.mark.parametrize(

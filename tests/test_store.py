@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -200,3 +201,23 @@ def test_chunk_similarities_take_the_best_vector_of_each_chunk(tmp_path: Path) -
         assert sims == {ids[0]: pytest.approx(1.0), ids[1]: pytest.approx(0.0)}
         assert [cid for cid, _ in s.knn(np.array([0, 0.9, 0.1, 0], dtype=np.float32), 2)] == ids  # by best vector
         assert s.vector_count() == 3 and s.counts()["chunks"] == 2
+
+
+def test_pending_chunks_get_their_vectors_once_and_leave_no_marks(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    with Store(tmp_path / "a.sqlite") as s:
+        f = FileRow("memory/p.md", "memory", "h", 1.0, 1)
+        rows = [chunk("memory/p.md", 1, "alpha"), chunk("memory/p.md", 2, "bravo"), chunk("memory/p.md", 3, "kilo")]
+        vectors = one_each(unit(rng, 3, 8))
+        ids = s.replace_file(f, rows, [vectors[0], None, None])  # chunks 2 and 3 wait for their vectors
+        assert s.pending_count() == 2 and s.vector_count() == 1
+        assert len(s.keyword('"bravo"', 5)) == 1  # found by keywords while pending
+        pending = s.pending_chunks(10)
+        assert [c.id for c in pending] == ids[1:] and s.pending_chunks(10, after_id=ids[1]) == pending[1:]
+        stale = replace(pending[1], embed_hash="another-embed-hash")  # its file was rewritten by another process
+        assert s.add_vectors([(pending[0], vectors[1]), (stale, vectors[2])]) == 1
+        assert s.pending_count() == 1 and s.vector_count() == 2
+        assert s.add_vectors([(pending[0], vectors[1])]) == 0  # not pending any more: written once
+        assert s.vector_count() == 2
+        s.delete_file("memory/p.md")
+        assert s.pending_count() == 0 and s.counts() == {"files": 0, "chunks": 0, "vectors": 0, "cacheEntries": 0}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,11 +34,14 @@ class Harness:
         self.reader = reader
         self.service = SyncService(mem, debounce_seconds=DEBOUNCE)
         kw = {"native_factory": native_factory} if native_factory else {}
-        self.watcher = MemoryWatcher(mem.workspace, self.service.mark_dirty, polling=polling, **kw)
+        self.watcher = MemoryWatcher(
+            mem.workspace, self.service.mark_dirty, polling=polling, on_armed=self.service.request_sync, **kw
+        )
         self.service.start()
         self.watcher.start()
         self.service.request_sync()
-        assert self.service.wait_idle(10)
+        if self.watcher.armed:
+            assert self.service.wait_idle(10)
 
     def settle(self) -> None:
         """Wait until events have arrived and the debounced sync has finished."""
@@ -234,3 +238,106 @@ def test_session_start_syncs_and_reports(workspace: Path, make_memory: Callable[
     assert result["sync"] is None and result["status"]["staleFiles"] == [
         {"path": "memory/2026-01-10.md", "state": "new"}
     ]
+
+
+# -- re-arming: folders deleted and recreated, renamed away and back, a workspace that appears later --------
+GUARD = 1.0  # MemoryWatcher's default check interval
+
+
+def note_is_searchable(h: Harness, rel: str, word: str, timeout: float = 15.0) -> None:
+    wait_for(lambda: rel in h.paths() and h.reader.search(word)["results"][:1] != [], timeout)
+    assert h.reader.search(word)["results"][0]["path"] == rel
+
+
+def live_watch_catches(h: Harness, workspace: Path, name: str, word: str) -> None:
+    """A note written after the guard has had time to re-arm, with no re-arm after it: only a live
+    watch (not a resync) can index it."""
+    time.sleep(2 * GUARD + 0.5)
+    rearms = h.watcher.rearms
+    write(workspace / "memory" / name, f"a later note about the {word}")
+    note_is_searchable(h, f"memory/{name}", word)
+    assert h.watcher.rearms == rearms and h.watcher.armed
+
+
+def test_memory_folder_deleted_and_recreated(harness: Harness, workspace: Path) -> None:
+    write(workspace / "memory" / "old.md", "an old note about the badger")
+    harness.settle()
+    rearms = harness.watcher.rearms
+    shutil.rmtree(workspace / "memory")
+    wait_for(lambda: harness.watcher.rearms > rearms)  # the blind watch on the deleted folder was replaced
+    harness.settle()
+    assert "memory/old.md" in harness.paths()  # memory/ is missing: its rows are kept (mdmemory.roots)
+    write(workspace / "memory" / "new.md", "a new note about the kingfisher")
+    note_is_searchable(harness, "memory/new.md", "kingfisher")
+    live_watch_catches(harness, workspace, "later.md", "otter")
+    assert "memory/old.md" not in harness.paths()  # memory/ is back without it: a deleted file is removed
+
+
+def test_workspace_renamed_away_and_back(harness: Harness, workspace: Path) -> None:
+    away = workspace.with_name("ws-away")
+    workspace.rename(away)
+    wait_for(lambda: not harness.watcher.armed and harness.watcher.waiting_for == str(workspace))
+    assert harness.watcher.state()["waitingFor"] == str(workspace)
+    write(away / "memory" / "while-away.md", "written while the workspace was away: the marmot")
+    away.rename(workspace)
+    wait_for(lambda: harness.watcher.armed)
+    note_is_searchable(harness, "memory/while-away.md", "marmot")  # the resync after re-arming
+    live_watch_catches(harness, workspace, "back.md", "lynx")
+
+
+def test_workspace_renamed_away_and_back_quickly(harness: Harness, workspace: Path) -> None:
+    away = workspace.with_name("ws-away")
+    workspace.rename(away)
+    write(away / "memory" / "quick.md", "a note from a quick trip: the weasel")
+    away.rename(workspace)
+    note_is_searchable(harness, "memory/quick.md", "weasel")
+    live_watch_catches(harness, workspace, "after-quick.md", "stoat")
+
+
+def test_workspace_deleted_and_recreated(harness: Harness, workspace: Path) -> None:
+    shutil.rmtree(workspace)
+    wait_for(lambda: not harness.watcher.armed)
+    harness.service.request_sync()  # a sync now fails (WorkspaceError) and keeps the index
+    time.sleep(0.5)
+    assert "MEMORY.md" in harness.paths()
+    write(workspace / "memory" / "reborn.md", "the recreated workspace remembers the puffin")
+    note_is_searchable(harness, "memory/reborn.md", "puffin")
+    live_watch_catches(harness, workspace, "next.md", "gannet")
+    assert "MEMORY.md" not in harness.paths()  # the new workspace has none: removed
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["native", "polling"])
+def test_starts_waiting_for_a_missing_workspace_then_arms(
+    polling: bool, tmp_path: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    ws = tmp_path / "ws"
+    shutil.rmtree(ws)
+    h = Harness(make_memory(), make_memory(), polling=polling)
+    try:
+        assert not h.watcher.armed and h.watcher.waiting_for == str(ws) and h.watcher.is_alive()
+        write(ws / "MEMORY.md", "# Memory\n\nthe workspace arrived with the albatross")
+        (ws / "memory").mkdir()
+        wait_for(lambda: h.watcher.armed)
+        assert h.watcher.mode == ("polling" if polling else "native")
+        note_is_searchable(h, "MEMORY.md", "albatross")
+        live_watch_catches(h, ws, "first.md", "cormorant")
+    finally:
+        h.stop()
+
+
+def test_an_extra_paths_folder_that_appears_later_is_watched(
+    workspace: Path, tmp_path: Path, make_memory: Callable[..., Memory], no_thread_leaks: None
+) -> None:
+    share = tmp_path / "share"  # outside the workspace: no event in a watched folder announces it
+    write(workspace / "MEMORY.md", "x")
+    h = Harness(make_memory({"extraPaths": [str(share)]}), make_memory({"extraPaths": [str(share)]}), polling=False)
+    try:
+        write(share / "mounted.md", "the share came online with the narwhal")
+        note_is_searchable(h, f"{share}/mounted.md", "narwhal")
+        time.sleep(2 * GUARD + 0.5)
+        rearms = h.watcher.rearms
+        write(share / "later.md", "and later the beluga")
+        note_is_searchable(h, f"{share}/later.md", "beluga")
+        assert h.watcher.rearms == rearms == 1
+    finally:
+        h.stop()

@@ -8,12 +8,17 @@ The text is bounded by ``sessionContext.maxChars`` (headings and notes included)
 today's log keeps its room first, then ``MEMORY.md``, then yesterday's log; a daily log loses its oldest
 lines and ``MEMORY.md`` its last ones, whole lines only, and a note in the text says which lines were
 cut and how to read them with memory_get.
+
+Files are read through memory_get's rules: never through a symlink, never a FIFO, device, socket or hard
+link (such a file is listed in ``skipped`` and never opened, so it cannot hang the session start), and at
+most ``memorySearch.maxFileBytes`` of each (a daily log over that size is skipped: its newest lines are past
+the cap).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
@@ -57,7 +62,8 @@ def session_context(
     """The session-start context for a ``main`` (private) or ``group`` session.
 
     Returns ``{kind, today, timezone, maxChars, chars, truncated, files: [{path, role, chars,
-    includedChars, cutLines}], text}``; ``text`` is ready to put in the prompt, at most ``maxChars`` long.
+    includedChars, cutLines}], skipped: [{path, error}], text}``; ``text`` is ready to put in the prompt,
+    at most ``maxChars`` long. ``skipped`` lists files that exist but were not read.
     ``today`` defaults to today in ``userTimezone``; ``max_chars`` to ``sessionContext.maxChars``.
     """
     if kind not in KINDS:
@@ -67,11 +73,12 @@ def session_context(
         raise ConfigError(f"max_chars must be a whole number >= 1, got {limit!r}")
     day = clock.day(agent, today)
     workspace = Workspace(agent.workspace, agent.memory_search.extra_paths)
+    reader = _Reader(workspace, agent.memory_search.max_file_bytes)
     parts: list[_Part] = []
     if kind == "main":
-        parts += [_Part(p, "long-term", t, False, 1) for p, t in _long_term(workspace)]
+        parts += [_Part(p, "long-term", t, False, 1) for p, t in _long_term(workspace, reader)]
     for role, when, priority in (("yesterday", day - timedelta(days=1), 2), ("today", day, 0)):
-        text = _read(workspace, clock.daily_log(when))
+        text = reader.read(clock.daily_log(when), whole=True)
         if text:
             parts.append(_Part(clock.daily_log(when), role, text, True, priority))
     files, text = _fit(parts, limit)
@@ -83,17 +90,31 @@ def session_context(
         "chars": len(text),
         "truncated": any(f["cutLines"] for f in files),
         "files": files,
+        "skipped": reader.skipped,
         "text": text,
     }
 
 
-def _read(workspace: Workspace, rel: str) -> str:
-    """A memory file's text through memory_get's rules (no symlinks); "" when missing or unreadable."""
-    got = get_file(workspace, rel)
-    return "" if got.get("error") else got["text"].rstrip()
+@dataclass
+class _Reader:
+    workspace: Workspace
+    max_bytes: int
+    skipped: list[dict[str, str]] = field(default_factory=list)
+
+    def read(self, rel: str, *, whole: bool = False) -> str:
+        """A memory file's text through memory_get's rules; "" when missing, refused or unreadable (then
+        listed in ``skipped``). ``whole``: a file cut at ``max_bytes`` is skipped too."""
+        got = get_file(self.workspace, rel, max_bytes=self.max_bytes)
+        if got.get("error"):
+            self.skipped.append({"path": rel, "error": got["error"]})
+            return ""
+        if whole and got.get("truncated"):
+            self.skipped.append({"path": rel, "error": got["note"]})
+            return ""
+        return str(got["text"]).rstrip()
 
 
-def _long_term(workspace: Workspace) -> list[tuple[str, str]]:
+def _long_term(workspace: Workspace, reader: _Reader) -> list[tuple[str, str]]:
     """MEMORY.md and memory.md (one of them on case-insensitive file systems), when they have text."""
     out: list[tuple[str, str]] = []
     seen: set[tuple[int, int]] = set()
@@ -102,7 +123,7 @@ def _long_term(workspace: Workspace) -> list[tuple[str, str]]:
             st = os.lstat(workspace.root / name)
         except OSError:
             continue
-        text = _read(workspace, name)
+        text = reader.read(name)
         if text and (st.st_dev, st.st_ino) not in seen:
             seen.add((st.st_dev, st.st_ino))
             out.append((name, text))

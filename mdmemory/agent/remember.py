@@ -5,6 +5,12 @@ The line goes in with a single ``write`` on a file opened ``O_APPEND`` (never th
 mdmemory process whatever its ``MDMEMORY_HOME``), so concurrent ``remember`` calls never interleave or
 lose lines. The folder and the file are created when missing; a new file starts with a heading.
 
+Only regular files with one link are appended to: a FIFO, a device, a socket or a hard link named like
+the target is refused before anything is opened for writing (``workspace.open_regular``). A note is at
+most ``MAX_NOTE_BYTES`` (64 KiB) of UTF-8, and a note that would push its file over
+``memorySearch.maxFileBytes`` is refused: the indexer skips files over that size, so the whole file would
+drop out of search.
+
 The index needs no flag: the indexer compares each memory file's size and mtime (then content hash) with
 what it indexed, so the next search (``sync.onSearch``), the watcher or ``mdmemory index`` picks the line up.
 """
@@ -22,12 +28,13 @@ from filelock import FileLock, Timeout
 from mdmemory.agent import clock
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, LockError, WorkspaceError
-from mdmemory.workspace import ROOT_FILES, Workspace
+from mdmemory.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
+from mdmemory.workspace import ROOT_FILES, Workspace, open_regular
 
 LOCK_NAME = ".mdmemory.lock"
 LOCK_TIMEOUT_SECONDS = 30.0
 LONG_TERM_HEADING = "# Long-term memory"
+MAX_NOTE_BYTES = 64 * 1024  # a note, not a document: larger texts belong in a file of their own
 
 
 def remember(
@@ -47,6 +54,12 @@ def remember(
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("nothing to remember: the text is empty. Fix: pass the note to store.")
+    size = len(text.strip().encode("utf-8", "surrogatepass"))
+    if size > MAX_NOTE_BYTES:
+        raise ConfigError(
+            f"the note is {size} bytes; remember stores notes of at most {MAX_NOTE_BYTES} bytes (64 KiB). "
+            "Fix: store a short summary, and put long documents in a file under memorySearch.extraPaths."
+        )
     moment = clock.now(agent, at)
     workspace = Workspace(agent.workspace, agent.memory_search.extra_paths)
     if long_term:
@@ -61,15 +74,25 @@ def remember(
         raise _unwritable(workspace.root / rel, exc) from None
     target = workspace.resolve_for_read(rel)  # refuses symlinked folders and files
     line = f"- [{stamp}] " + "\n  ".join(part.rstrip() for part in text.strip().splitlines())
-    created = append_line(target, line, heading=heading, timeout=timeout)
+    created = append_line(
+        target, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
+    )
     return {"path": rel, "line": line, "created": created, "indexed": False}
 
 
-def append_line(path: Path, line: str, *, heading: str, timeout: float = LOCK_TIMEOUT_SECONDS) -> bool:
+def append_line(
+    path: Path,
+    line: str,
+    *,
+    heading: str,
+    timeout: float = LOCK_TIMEOUT_SECONDS,
+    max_file_bytes: int | None = None,
+) -> bool:
     """Append ``line`` (plus a newline) to ``path`` atomically; True when the file was created.
 
     A new or empty file gets ``heading`` and a blank line first; a file whose last line has no newline
-    gets one before ``line``.
+    gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a path that is not a regular
+    file with one link, and a line that would make the file larger than ``max_file_bytes``.
     """
     folder = path.parent
     try:
@@ -78,19 +101,20 @@ def append_line(path: Path, line: str, *, heading: str, timeout: float = LOCK_TI
         raise _unwritable(path, exc) from None
     try:
         with FileLock(str(folder / LOCK_NAME), timeout=timeout):
-            return _append(path, line, heading)
+            return _append(path, line, heading, max_file_bytes)
     except Timeout:
         raise LockError(
             f"{folder / LOCK_NAME} stayed locked by another process for {timeout:g} s. Fix: retry."
         ) from None
+    except SpecialFileError:
+        raise
     except OSError as exc:
         raise _unwritable(path, exc) from None
 
 
-def _append(path: Path, line: str, heading: str) -> bool:
-    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+def _append(path: Path, line: str, heading: str, max_file_bytes: int | None) -> bool:
     existed = os.path.lexists(path)
-    fd = os.open(path, flags, 0o644)
+    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # never a FIFO, a device or a hard link
     try:
         size = os.fstat(fd).st_size
         if size == 0:
@@ -98,6 +122,14 @@ def _append(path: Path, line: str, heading: str) -> bool:
         else:
             prefix = "" if os.pread(fd, 1, size - 1) == b"\n" else "\n"
         data = (prefix + line + "\n").encode("utf-8")
+        if max_file_bytes is not None and size + len(data) > max_file_bytes:
+            if not existed:
+                os.unlink(path)
+            raise WorkspaceError(
+                f"{path} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), and "
+                "drop out of search; nothing was written. Fix: move older notes of that file into another "
+                "file under memory/, or raise agents.defaults.memorySearch.maxFileBytes."
+            )
         written = os.write(fd, data)
         while written < len(data):  # a regular file takes it whole; this only guards odd file systems
             written += os.write(fd, data[written:])

@@ -32,15 +32,17 @@ SEARCH_DESCRIPTION = (
     "decisions, dates, people, preferences or to-dos, and before saying you do not know. Each result cites "
     "its source as path with startLine-endLine and has a relevance score (0-1) and a short snippet; cite "
     "path#Lstart-Lend when you use it. Snippets are excerpts: call memory_get with the path and line range "
-    "to read the full passage. No results means nothing relevant was stored; try other words, names or "
-    "dates, or a lower minScore."
+    "to read the full passage. When no result reaches minScore, the closest few still come back, each marked "
+    "lowConfidence: true, with a warning: they may be unrelated, so use one only if its text really answers "
+    "the question. No results means nothing stored matched; try other words, names or dates."
 )
 GET_DESCRIPTION = (
     "Read one of your memory files (MEMORY.md, memory/YYYY-MM-DD.md or another path returned by "
     "memory_search), whole or a range of lines. Use it after memory_search to read around a hit: pass the "
     "result's path, from = startLine and lines = endLine - startLine + 1 (widen the range for more context). "
     "Read only the lines you need to keep your context small. Returns {path, text}; a memory file that does "
-    "not exist yet returns empty text, and a path outside the memory files returns an error."
+    "not exist yet returns empty text, and a path outside the memory files returns an error. A very large file "
+    "is cut at maxFileBytes: then truncated is true and note says so."
 )
 PACK_DESCRIPTION = (
     "Get a compact, cited bundle of your memory about a topic, ready to read: the lines of MEMORY.md and "
@@ -73,8 +75,9 @@ SEARCH_INPUT: dict[str, Any] = {
             "type": "number",
             "minimum": 0,
             "maximum": 1,
-            "description": "Lowest relevance score returned, 0 to 1 (default usually 0.35); lower it when "
-            "nothing comes back. Exact keyword matches are always kept.",
+            "description": "Lowest relevance score for a confident result, 0 to 1 (default usually 0.35). "
+            "Exact keyword matches are always kept; when nothing reaches it, the closest few come back marked "
+            "lowConfidence.",
         },
     },
     "required": ["query"],
@@ -139,6 +142,7 @@ SEARCH_OUTPUT: dict[str, Any] = {
                     "snippet": {"type": "string"},
                     "source": {"type": "string", "enum": ["memory", "extra"]},
                     "citation": {"type": "string"},
+                    "lowConfidence": {"type": "boolean", "const": True},
                 },
                 "required": ["path", "startLine", "endLine", "score", "snippet", "source"],
             },
@@ -161,6 +165,8 @@ GET_OUTPUT: dict[str, Any] = {
         "text": {"type": "string"},
         "disabled": {"type": "boolean"},
         "error": {"type": "string"},
+        "truncated": {"type": "boolean"},
+        "note": {"type": "string"},
     },
     "required": ["path", "text"],
 }
@@ -186,6 +192,7 @@ PACK_OUTPUT: dict[str, Any] = {
                     "date": {"type": "string"},
                     "heading": {"type": "string"},
                     "headingLine": {"type": "integer"},
+                    "lowConfidence": {"type": "boolean", "const": True},
                 },
                 "required": ["ref", "path", "startLine", "endLine", "text", "score", "source", "kind"],
             },

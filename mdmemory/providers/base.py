@@ -5,6 +5,12 @@ limits and return one vector per text. Everything else lives here once: text san
 ``max_input_tokens`` with the provider's own token counter, batching by count and by tokens, retries with
 exponential backoff and jitter on ``TransientProviderError`` (honouring ``retry_after``), result
 validation (count, dimension, finite values) and L2 normalisation.
+
+Time: each batch's retries stop at ``RetryPolicy.max_total_seconds`` or at the deadline in force
+(``deadline.until``), whichever comes first; no attempt or backoff sleep is started that would end past it
+(a provider with ``enforces_deadline`` cuts its request at ``deadline.time_left()``). ``embed_query_within``
+bounds a query embedding for any provider. A ``breaker`` (``breaker.CircuitBreaker``), when attached, is
+asked before each batch and told its outcome, so a provider that keeps failing is paused for every caller.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -19,8 +26,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mdmemory.errors import ProviderError, TransientProviderError
+from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
+from mdmemory.providers import deadline
+from mdmemory.providers.breaker import CircuitBreaker
 from mdmemory.tokens import estimate_tokens, truncate_to_tokens
+
+MIN_ATTEMPT_SECONDS = 0.05
+"""No attempt is started with less time than this left before the deadline."""
+_WORKERS_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class EmbeddingProvider(ABC):
     - ``max_input_tokens``: longest input the model accepts; longer inputs are truncated, never rejected.
     - ``max_batch_size``: most inputs per ``embed_batch`` call.
     - ``max_batch_tokens``: most total tokens per ``embed_batch`` call (``None``: no limit).
+    - ``enforces_deadline``: True when ``embed_batch`` itself stops by ``deadline.time_left()`` (remote).
     """
 
     id: str = "base"
@@ -69,6 +83,9 @@ class EmbeddingProvider(ABC):
     max_batch_tokens: int | None = None
     retry: RetryPolicy = RetryPolicy()
     sleep: Callable[[float], None] = staticmethod(time.sleep)
+    enforces_deadline: bool = False
+    breaker: CircuitBreaker | None = None
+    _overrun: threading.Thread | None = None  # a query worker whose caller stopped waiting for it
 
     # -- the one method a provider implements -------------------------------------------------------
     @abstractmethod
@@ -108,6 +125,9 @@ class EmbeddingProvider(ABC):
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release the model or client. Safe to call twice."""
 
+    def warm_up(self) -> None:  # noqa: B027 - an optional hook, not abstract
+        """Build the client or load the model now: a one-time cost that no query budget counts."""
+
     # -- the shared pipeline ------------------------------------------------------------------------
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed documents: returns a float32 array of shape (len(texts), dims), rows L2-normalised."""
@@ -116,6 +136,42 @@ class EmbeddingProvider(ABC):
     def embed_query(self, text: str) -> np.ndarray:
         """Embed one query: a float32 vector of length ``dims``, L2-normalised."""
         return self._embed_all([self.prepare_query(sanitize_text(text))])[0]
+
+    def embed_query_within(self, text: str, until: float) -> np.ndarray:
+        """``embed_query`` that returns, or raises ``ProviderError``, by ``until`` (a ``time.monotonic()`` value).
+
+        A provider that enforces deadlines runs on this thread under ``until``. Any other one (a llama.cpp
+        call cannot be interrupted) runs on a worker thread that the caller stops waiting for at ``until``; the
+        call then finishes in the background, and until it does further queries fail at once instead of
+        queueing behind it. Overrunning the budget this way is not a provider failure for the breaker.
+        """
+        if self.enforces_deadline:
+            with deadline.until(until):
+                return self.embed_query(text)
+        if until - time.monotonic() < MIN_ATTEMPT_SECONDS:
+            raise _OutOfTime(self.id, 0, 0.0, None)
+        with _WORKERS_LOCK:
+            if self._overrun is not None and self._overrun.is_alive():
+                raise ProviderError(f"{self.id} is still busy with an earlier query that overran its time budget")
+        box: list[np.ndarray | BaseException] = []
+
+        def work() -> None:
+            try:
+                with deadline.until(until):
+                    box.append(self.embed_query(text))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                box.append(exc)
+
+        worker = threading.Thread(target=work, name=f"mdmemory-{self.id}-query", daemon=True)
+        worker.start()
+        worker.join(max(0.0, until - time.monotonic()))
+        if worker.is_alive():
+            with _WORKERS_LOCK:
+                self._overrun = worker
+            raise ProviderError(f"{self.id} did not embed the query within its time budget (query.embedTimeoutMs)")
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
 
     def _embed_all(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -144,20 +200,50 @@ class EmbeddingProvider(ABC):
         return batches
 
     def _call_with_retry(self, batch: list[str]) -> np.ndarray:
+        """One batch with retries, bounded by ``max_total_seconds`` and the deadline in force; breaker-guarded."""
         started = time.monotonic()
-        attempt = 0
+        end = started + self.retry.max_total_seconds
+        outer = deadline.current()
+        end = end if outer is None else min(end, outer)
+        gate = self.breaker
+        probe = gate.admit(lease=end - started) if gate is not None else False  # ProviderPaused when open
+        try:
+            with deadline.until(end):
+                vectors = self._attempts(batch, started, end)
+        except ProviderError as exc:
+            neutral = isinstance(exc, InputRejected) or (isinstance(exc, _OutOfTime) and exc.attempts == 0)
+            if gate is not None and neutral:
+                gate.released(probe)  # an input refused, or never tried: no news about the provider
+            elif gate is not None:
+                gate.failed(probe, str(exc))
+            raise
+        except BaseException:
+            if gate is not None:
+                gate.released(probe)
+            raise
+        if gate is not None:
+            gate.succeeded(probe)
+        return vectors
+
+    def _attempts(self, batch: list[str], started: float, end: float) -> np.ndarray:
+        attempts = 0
+        last: TransientProviderError | None = None
         while True:
+            if end - time.monotonic() < MIN_ATTEMPT_SECONDS:
+                raise _OutOfTime(self.id, attempts, time.monotonic() - started, last)
+            attempts += 1
             try:
-                vectors = self.embed_batch(batch)
-                return self._validate(batch, vectors)
+                return self._validate(batch, self.embed_batch(batch))
             except TransientProviderError as exc:
-                attempt += 1
-                wait = self.retry.delay(attempt, exc.retry_after)
+                last = exc
+                wait = self.retry.delay(attempts, exc.retry_after)
                 elapsed = time.monotonic() - started
-                if attempt > self.retry.max_retries or elapsed + wait > self.retry.max_total_seconds:
+                if attempts > self.retry.max_retries:
                     raise ProviderError(
-                        f"{self.id} embeddings failed after {attempt} attempt(s) in {elapsed:.1f}s: {exc}"
+                        f"{self.id} embeddings failed after {attempts} attempt(s) in {elapsed:.1f}s: {exc}"
                     ) from exc
+                if time.monotonic() + wait + MIN_ATTEMPT_SECONDS > end:
+                    raise _OutOfTime(self.id, attempts, elapsed, exc) from exc
                 self.sleep(wait)
 
     def _validate(self, batch: list[str], vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
@@ -180,3 +266,18 @@ class EmbeddingProvider(ABC):
         norms = np.linalg.norm(arr, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
         return (arr / norms).astype(np.float32)
+
+
+class _OutOfTime(ProviderError):
+    """The time budget ended before the first attempt (no outcome) or left no room for another one."""
+
+    def __init__(self, provider: str, attempts: int, elapsed: float, last: BaseException | None) -> None:
+        self.attempts = attempts
+        if attempts == 0:
+            message = f"{provider} embeddings were not attempted: the time budget had run out"
+        else:
+            message = (
+                f"{provider} embeddings failed after {attempts} attempt(s) in {elapsed:.1f}s, "
+                f"no time left in the budget to retry: {last}"
+            )
+        super().__init__(message)

@@ -243,6 +243,11 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if llm is not None:
                 llm.close()
 
+    def warm_up(self) -> None:
+        """Load the model now: a query's time budget does not count loading (see base.embed_query_within)."""
+        if self._llm is None:  # read without the lock: a loaded model must not wait for a running batch
+            self.load()
+
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:
         return {

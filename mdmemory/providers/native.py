@@ -13,7 +13,9 @@ files and is used as it is.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import logging
 import os
 import re
 import threading
@@ -106,6 +108,7 @@ def load_llama_cpp(variant: str | None = None) -> tuple[ModuleType, str]:
     with _lock:
         if _loaded is not None:
             return llama_cpp, _loaded
+        _quiet(llama_cpp)
         lib = library_dir(llama_cpp)
         shipped = variants(lib)
         if not shipped:
@@ -128,6 +131,19 @@ def load_llama_cpp(variant: str | None = None) -> tuple[ModuleType, str]:
             )
         _loaded = loaded_variant() or variant or "unknown"
         return llama_cpp, _loaded
+
+
+def _quiet(llama_cpp: ModuleType) -> None:
+    """Keep llama.cpp's info lines ("load_backend: loaded CPU backend ...") off the user's terminal.
+
+    llama-cpp-python's log callback prints every level until a model is created with ``verbose=False``;
+    errors still print.
+    """
+    with contextlib.suppress(Exception):  # a private module: its absence only costs a log line
+        from llama_cpp import _logger
+
+        if _logger.logger.level == logging.NOTSET:
+            _logger.set_verbose(False)
 
 
 def loaded_variant() -> str | None:

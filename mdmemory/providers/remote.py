@@ -5,6 +5,9 @@ SDK's own retries are off (``max_retries=0``): the base class owns retries, back
 module only maps each failure to ``TransientProviderError`` (429, 408, 409, 5xx, timeouts, connection
 errors, an unreadable 200) or ``ProviderError`` (other 4xx, wrong vector count), with a fix in the message.
 
+Bounded (``transport``): a request ends by ``timeoutSeconds`` or the caller's deadline, whichever is first,
+however the server behaves; a body over ``response_cap`` is refused unread, error bodies are read to 1 MiB.
+
 Secrets: the API key and header values never appear in an exception, repr, log record or ``identity()``.
 Errors are raised *after* the ``except`` block that caught the SDK error, so the SDK exception (whose
 request object carries the ``Authorization`` header) is reachable through neither ``__cause__`` nor
@@ -19,20 +22,28 @@ number of vectors is permanent: a server that caps inputs per request does so ev
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import ipaddress
+import json
 import logging
 import math
 import os
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from mdmemory.errors import ProviderError, TransientProviderError
+from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
+from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider, RetryPolicy
+from mdmemory.providers.transport import (
+    ErrorResponse,
+    LoopThread,
+    ResponseTooLarge,
+    error_guard,
+    parse_retry_after,
+    read_capped,
+)
 from mdmemory.redact import SECRET_PATTERNS as _SECRET_PATTERNS
 from mdmemory.redact import is_secret_name
 from mdmemory.tokens import estimate_tokens
@@ -55,6 +66,9 @@ KNOWN_MODELS: dict[str, tuple[int, int]] = {
 DEFAULT_MAX_INPUT_TOKENS = 8191
 DEFAULT_MAX_BATCH_SIZE = 2048  # the API's limit on inputs per request
 DEFAULT_MAX_BATCH_TOKENS = 250_000  # the API caps a request at 300k tokens; keep a margin for estimates
+RESPONSE_BASE_BYTES = 1024 * 1024  # response cap: this, plus BYTES_PER_VALUE per expected number
+BYTES_PER_VALUE = 48  # a JSON float is ~10-25 characters; room for pretty-printed bodies
+UNKNOWN_DIMS = 8192  # dimensions assumed for the cap before the first answer (sqlite-vec's maximum)
 ESTIMATE_MARGIN = 4 / 3
 """Without tiktoken, assume ~3 characters per token instead of the estimate's 4, so truncated code, URLs
 and other token-dense text still fits the server's limit."""
@@ -96,33 +110,6 @@ def is_loopback(url: str) -> bool:
         return False
 
 
-def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
-    """Seconds the server asks us to wait: ``retry-after-ms``, else ``Retry-After`` (seconds or HTTP-date)."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            value = float(ms) / 1000
-            if math.isfinite(value) and value >= 0:
-                return value
-        except ValueError:
-            pass
-    raw = headers.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        value = float(raw)
-        return value if math.isfinite(value) and value >= 0 else None
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
-
-
 class _Secret:
     """Holds a secret; ``repr`` and ``str`` never show it, so ``vars(provider)`` is safe to log."""
 
@@ -147,6 +134,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
     """
 
     id = "openai"
+    enforces_deadline = True
 
     def __init__(
         self,
@@ -200,6 +188,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         self._openai: Any = None
         self._tokenizer: Any = None  # None: not tried yet; False: unavailable
         self._lock = threading.Lock()
+        self._io = LoopThread("mdmemory-openai-io")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
@@ -245,21 +234,29 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 except ImportError as exc:
                     raise ProviderError("The openai package is not installed: pip install 'mdmemory[remote]'") from exc
                 self._openai = openai
-                self._client = openai.OpenAI(
+                self._client = openai.AsyncOpenAI(
                     api_key=self._api_key.value,
                     base_url=self._raw_base_url,
                     default_headers=dict(self._headers.value) or None,
                     timeout=self.timeout,
                     max_retries=0,  # the base's retry loop owns retries and the time cap
+                    http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [error_guard]}),
                 )
             return self._client
 
+    def warm_up(self) -> None:
+        """Import the SDK and build the client (seconds on a slow machine; no query budget counts it)."""
+        self._get_client()
+
     def close(self) -> None:
-        """Close the HTTP client. Safe to call twice; the next call builds a new one."""
+        """Close the HTTP client and stop its loop thread. Safe to call twice; the next call builds a new one."""
         with self._lock:
             client, self._client = self._client, None
-        if client is not None:
-            client.close()
+        self._io.close(last=client.close if client is not None else None)
+
+    def response_cap(self, inputs: int) -> int:
+        """Most bytes accepted in an answer for ``inputs`` texts: ample for floats as JSON, never unbounded."""
+        return RESPONSE_BASE_BYTES + inputs * (self.dims or UNKNOWN_DIMS) * BYTES_PER_VALUE
 
     # -- the one provider method --------------------------------------------------------------------
     def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
@@ -269,25 +266,47 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         params: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
         if self.dimensions is not None:
             params["dimensions"] = self.dimensions
+        left = deadline.time_left()
+        limit = self.timeout if left is None else max(0.0, min(self.timeout, left))
         try:
-            response = client.embeddings.create(**params)
+            kind, body = self._io.run(self._post(client, params, self.response_cap(len(texts))), limit)
+        except TimeoutError:
+            why = "" if limit == self.timeout else " (the rest of this call's time budget)"
+            error: ProviderError = TransientProviderError(
+                f"request to {self.base_url} timed out after {limit:.3g}s{why}"
+            )
+        except ErrorResponse as exc:
+            error = self._map_status(exc.status, exc.headers, self._server_message(exc.body))
+        except ResponseTooLarge as exc:
+            error = ProviderError(
+                f"{self.base_url} sent too large an embeddings response: {exc}; check remote.baseUrl points at an "
+                "OpenAI-compatible API, or lower max_batch_size"
+            )
         except openai.APIError as exc:
             error = self._map_api_error(exc)
-        except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
-            error = self._malformed(f"the body is not valid JSON ({type(exc).__name__})")
         else:
-            return self._vectors(response, len(texts))
+            return self._vectors(self._parse(kind, body), len(texts))
         # Raised here, outside the except block, so the SDK exception is not chained (see module doc).
         log.debug("openai embeddings request failed: %s", error)
         raise error
 
+    async def _post(self, client: Any, params: dict[str, Any], cap: int) -> tuple[str, bytes]:
+        async with client.embeddings.with_streaming_response.create(**params) as response:
+            return response.headers.get("content-type", ""), await read_capped(response, cap)
+
     # -- response and error mapping -----------------------------------------------------------------
-    def _vectors(self, response: Any, expected: int) -> list[list[float]]:
-        if isinstance(response, str) and response.lstrip()[:1] == "<":
+    def _parse(self, content_type: str, body: bytes) -> Any:
+        if "html" in content_type.lower() or body.lstrip()[:1] == b"<":
             raise ProviderError(
                 f"{self.base_url} answered with an HTML page, not JSON: remote.baseUrl does not point at an "
                 "OpenAI-compatible API (it usually ends in /v1)"
             )
+        try:
+            return json.loads(body)
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self._malformed(f"the body is not valid JSON ({type(exc).__name__})") from None
+
+    def _vectors(self, response: Any, expected: int) -> list[list[float]]:
         data = _field(response, "data")
         if not isinstance(data, list):
             raise self._malformed("no 'data' list")
@@ -323,7 +342,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 f"cannot connect to {self.base_url} ({reason}); check remote.baseUrl and that it is up"
             )
         if isinstance(exc, openai.APIStatusError):
-            return self._map_status(exc.status_code, exc.response.headers, self._server_message(exc))
+            return self._map_status(exc.status_code, exc.response.headers, self._server_message(exc.body))
         if isinstance(exc, openai.APIResponseValidationError):
             return self._malformed("it does not match the embeddings schema")
         return ProviderError(f"{self.base_url} request failed: {type(exc).__name__}: {self._redact(str(exc))}")
@@ -348,7 +367,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 "OpenAI-compatible servers usually end in /v1)"
             )
         if status == 413 or "maximum" in lowered or "too long" in lowered or "too large" in lowered:
-            return ProviderError(
+            return InputRejected(
                 f"{detail}. The input or request is too large for this server: lower max_input_tokens, "
                 "max_batch_tokens or max_batch_size"
             )
@@ -356,8 +375,12 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
             f"{detail}. The server rejected the request: check the model name ({self.model!r}) and remote.dimensions"
         )
 
-    def _server_message(self, exc: Any) -> str:
-        body = getattr(exc, "body", None)
+    def _server_message(self, body: Any) -> str:
+        if isinstance(body, bytes):  # read by transport.error_guard: JSON, or text
+            try:
+                body = json.loads(body)
+            except ValueError:
+                body = body.decode("utf-8", errors="replace")
         message: object = None
         if isinstance(body, dict):
             error = body.get("error")

@@ -11,11 +11,13 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import sqlean
 import sqlite_vec
 
 from mdmemory.errors import StoreError
+from mdmemory.store.faults import fault_kind, store_fault
 
 BUSY_TIMEOUT_MS = 15_000
 MMAP_BYTES = 1 << 30
@@ -29,63 +31,83 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlean.Connection:
     """Open ``path`` with sqlite-vec loaded, WAL journal, busy timeout and autocommit mode.
 
     Writes go through ``transaction(conn)``, which opens ``BEGIN IMMEDIATE`` so a writer never
-    deadlocks on upgrade and readers keep reading the last committed state.
+    deadlocks on upgrade and readers keep reading the last committed state. A read-only connection to an
+    index in a folder nobody can write (no ``-shm`` file can be made) reads the file as immutable, which is
+    exact when no write-ahead log is left beside it. Failures raise ``StoreError`` naming the fix.
     """
     path = Path(path)
-    if not readonly:
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if readonly:
-            conn = sqlean.connect(
-                f"file:{path}?mode=ro",
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-            )
-        else:
-            conn = sqlean.connect(
-                str(path), isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
-            )
-    except sqlean.Error as exc:
-        raise StoreError(f"cannot open index {path}: {exc}; check the folder exists and is writable") from exc
-    try:
-        conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
-        conn.enable_load_extension(False)
-    except (AttributeError, sqlean.Error) as exc:
-        conn.close()
-        raise StoreError(
-            f"cannot load sqlite-vec into {path}: {exc}; reinstall with `pip install --force-reinstall "
-            "sqlean.py sqlite-vec`"
-        ) from exc
-    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    if not readonly:
+        if not readonly:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return _configure(_open(str(path), uri=False), path, readonly=False)
         try:
+            return _configure(_open(f"file:{quote(str(path))}?mode=ro", uri=True), path, readonly=True)
+        except sqlean.OperationalError as exc:
+            if fault_kind(exc) != "cantopen" or not path.exists() or _has_wal(path):
+                raise
+        return _configure(_open(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True), path, readonly=True)
+    except StoreError:
+        raise
+    except (sqlean.Error, OSError) as exc:
+        raise store_fault(exc, path) from exc
+
+
+def _open(target: str, *, uri: bool) -> sqlean.Connection:
+    return sqlean.connect(
+        target, uri=uri, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+
+
+def _configure(conn: sqlean.Connection, path: Path, *, readonly: bool) -> sqlean.Connection:
+    try:
+        try:
+            conn.enable_load_extension(True)
+            sqlite_vec.load(conn)
+            conn.enable_load_extension(False)
+        except (AttributeError, sqlean.Error) as exc:
+            raise StoreError(
+                f"cannot load sqlite-vec into {path}: {exc}; reinstall with `pip install --force-reinstall "
+                "sqlean.py sqlite-vec`"
+            ) from exc
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if readonly:
+            conn.execute("PRAGMA user_version").fetchone()  # reads the header: a bad file fails here, not later
+        else:
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlean.Error as exc:
-            conn.close()
-            raise StoreError(f"cannot open index {path}: {exc}") from exc
-        if str(mode).lower() != "wal":
-            conn.close()
-            raise StoreError(f"cannot switch {path} to WAL mode (got {mode}); is it on a network filesystem?")
-        conn.execute("PRAGMA synchronous = NORMAL")
-    # Vector and FTS pages are read on every query: map the file instead of copying through the page cache.
-    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+            if str(mode).lower() != "wal":
+                raise StoreError(f"cannot switch {path} to WAL mode (got {mode}); is it on a network filesystem?")
+            conn.execute("PRAGMA synchronous = NORMAL")
+        # Vector and FTS pages are read on every query: map the file instead of copying through the page cache.
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _has_wal(path: Path) -> bool:
+    try:
+        return os.path.getsize(f"{os.path.realpath(path)}-wal") > 0
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
 def transaction(conn: sqlean.Connection) -> Iterator[sqlean.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (including KeyboardInterrupt)."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception (including KeyboardInterrupt).
+
+    SQLite may already have rolled the transaction back itself (a full disk, an I/O error, a failed
+    COMMIT): then there is nothing to roll back, and the error that caused it is the one raised.
+    """
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    else:
         conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlean.Error):
+                conn.execute("ROLLBACK")
+        raise
 
 
 def remove_database(path: Path) -> None:

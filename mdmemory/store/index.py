@@ -17,7 +17,8 @@ import sqlean
 
 from mdmemory.errors import StoreError
 from mdmemory.store.connection import connect, transaction
-from mdmemory.store.schema import migrate
+from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
+from mdmemory.store.schema import SCHEMA_VERSION, migrate
 from mdmemory.store.vectors import decode_vector, encode_vector
 
 _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
@@ -25,6 +26,12 @@ EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores c
 COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
+WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
+_SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
+    "read-only": "it cannot be opened for writing",
+    "full": "no space left on its disk",
+    "io": "a disk I/O error when opening it for writing",
+}
 
 
 @dataclass(frozen=True)
@@ -72,29 +79,97 @@ class Store:
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+        """Open (creating and migrating as needed) the index at ``path``.
+
+        A writer whose file or folder cannot be written (permissions, an immutable or read-only file
+        system, no room for the journal) still opens, read-only: searches answer and ``readonly_reason``
+        says why; ``ensure_writable()`` raises that reason as a ``StoreError`` before any write.
+        """
         self.path = Path(path)
+        self.wants_write = not readonly
         self.readonly = readonly
+        self.readonly_reason: str | None = None
+        self.write_fault: StoreError | None = None
         self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
+        self._write_retry_at = 0.0
         self.conn = self._open()
+
+    @property
+    def inode(self) -> int | None:
+        """The inode of the database file this store opened (the store path's target)."""
+        return self._inode
 
     def _open(self) -> sqlean.Connection:
         self._inode = _inode(self.path)
-        conn = connect(self.path, readonly=self.readonly)
-        if not self.readonly:
+        self._write_retry_at = time.monotonic() + WRITE_RETRY_SECONDS
+        conn = None
+        if self.wants_write:
+            fault = None
+            why = unwritable_reason(self.path)
+            if why is not None:
+                if not self.path.exists():
+                    why = f"cannot create it: {why}"
+                fault = StoreError(fault_message("read-only", self.path, why), kind="read-only")
+                if not self.path.exists():
+                    raise fault
+            else:
+                try:
+                    conn = self._open_writer()
+                except StoreError as exc:
+                    if exc.kind not in _SHORT_REASONS or not self.path.exists():
+                        raise
+                    fault, why = exc, _SHORT_REASONS[exc.kind]
+            self.write_fault = fault
+            self.readonly = fault is not None
+            self.readonly_reason = why if fault is not None else None
+        if conn is None:
+            conn = connect(self.path, readonly=True)
             try:
-                migrate(conn)
-            except sqlean.Error as exc:
+                _check_readable_schema(conn, self.path, self.readonly_reason)
+            except BaseException:
                 conn.close()
-                raise StoreError(f"cannot prepare index {self.path}: {exc}") from exc
+                raise
         self._inode = _inode(self.path)
         return conn
 
+    def _open_writer(self) -> sqlean.Connection:
+        conn = connect(self.path)
+        try:
+            _check_ours(conn, self.path)
+            migrate(conn)
+        except StoreError:
+            conn.close()
+            raise
+        except sqlean.Error as exc:
+            conn.close()
+            raise store_fault(exc, self.path) from exc
+        return conn
+
+    def ensure_writable(self) -> None:
+        """Raise ``StoreError`` (kind ``read-only`` or ``full``) when this store cannot be written now.
+
+        A store that fell back to read-only is reopened first, so a fixed folder or a freed disk is used
+        again without restarting the process.
+        """
+        if not self.wants_write:
+            raise StoreError(f"the index {self.path} was opened read-only", kind="read-only")
+        if self.readonly:
+            self.reopen()
+        if self.write_fault is not None:
+            raise self.write_fault
+
     def refresh(self) -> bool:
-        """Reopen when a rebuild swapped a new index in (the store path points at another file)."""
-        if _inode(self.path) == self._inode:
-            return False
-        self.reopen()
-        return True
+        """Reopen when a rebuild swapped a new index in (the store path points at another file), and now and
+        then when a writer that fell back to read-only may be able to write again."""
+        if _inode(self.path) != self._inode:
+            self.reopen()
+            return True
+        if self.readonly and self.wants_write and time.monotonic() >= self._write_retry_at:
+            if unwritable_reason(self.path) is None:
+                self.reopen()
+                return True
+            self._write_retry_at = time.monotonic() + WRITE_RETRY_SECONDS
+        return False
 
     def reopen(self) -> None:
         self.conn.close()
@@ -152,10 +227,15 @@ class Store:
         """Record a new mtime/size for a file whose content hash did not change."""
         self.conn.execute("UPDATE files SET mtime = ?, size = ? WHERE path = ?", (mtime, size, path))
 
-    def replace_file(self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors] | None) -> None:
+    def replace_file(
+        self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors | None] | None
+    ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` and their vectors in one transaction.
 
         ``vectors[i]`` holds chunk i's vectors: one per embedded window, each with the hash of its input.
+        ``vectors[i] is None`` writes the chunk without vectors and marks it pending (keyword search finds
+        it at once; ``add_vectors`` fills it in later). ``vectors`` None means an index without vectors.
+        Returns the new chunk ids, in order.
         """
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
@@ -170,12 +250,18 @@ class Store:
                 )
                 ids.append(int(cur.lastrowid))
             if vectors is not None and len(ids):
-                self._insert_vectors(ids, vectors)
+                known = [(cid, cv) for cid, cv in zip(ids, vectors, strict=True) if cv is not None]
+                self._insert_vectors([cid for cid, _ in known], [cv for _, cv in known])
+                self.conn.executemany(
+                    "INSERT INTO pending_embeddings(chunk_id) VALUES (?)",
+                    [(cid,) for cid, cv in zip(ids, vectors, strict=True) if cv is None],
+                )
             self.conn.execute(
                 "INSERT OR REPLACE INTO files(path, source, hash, mtime, size, encoding_errors, chunks, indexed_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, len(ids), time.time()),
             )
+        return ids
 
     def delete_file(self, path: str) -> None:
         """Remove a file and every row derived from it, in one transaction."""
@@ -196,6 +282,9 @@ class Store:
             if self._has_bits():
                 self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
             self.conn.executemany("DELETE FROM vectors WHERE id = ?", ids)
+        self.conn.execute(
+            "DELETE FROM pending_embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE path = ?)", (path,)
+        )
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
 
     # -- vectors ----------------------------------------------------------------------------------
@@ -249,6 +338,47 @@ class Store:
         if self.vec_dims() is None:
             return 0
         return int(self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
+
+    # -- pending embeddings -----------------------------------------------------------------------
+    def pending_count(self) -> int:
+        """How many chunks are indexed for keywords but still wait for their vectors."""
+
+        def count() -> int:
+            try:
+                return int(self.conn.execute("SELECT count(*) FROM pending_embeddings").fetchone()[0])
+            except sqlean.OperationalError:  # an index older than migration 3, opened read-only
+                return 0
+
+        return int(self._memoised("pending", count))
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
+        """Up to ``limit`` pending chunks with ids above ``after_id``, in id order."""
+        rows = self.conn.execute(
+            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.embed_hash, c.heading, c.text "
+            "FROM pending_embeddings p JOIN chunks c ON c.id = p.chunk_id WHERE p.chunk_id > ? "
+            "ORDER BY p.chunk_id LIMIT ?",
+            (int(after_id), int(limit)),
+        ).fetchall()
+        return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
+
+    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
+        """Write the vectors of pending chunks in one transaction and clear their pending marks.
+
+        A chunk that is no longer pending with the same text (its file was re-indexed meanwhile by another
+        process) is skipped. Returns how many chunks got their vectors.
+        """
+        with self._tx():
+            ready: list[tuple[int, ChunkVectors]] = []
+            for chunk, vectors in items:
+                cur = self.conn.execute(
+                    "DELETE FROM pending_embeddings WHERE chunk_id = ? "
+                    "AND EXISTS (SELECT 1 FROM chunks WHERE id = ? AND embed_hash = ?)",
+                    (chunk.id, chunk.id, chunk.embed_hash),
+                )
+                if cur.rowcount == 1 and chunk.id is not None:
+                    ready.append((chunk.id, vectors))
+            self._insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
+        return len(ready)
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
@@ -468,6 +598,40 @@ class Store:
                 (excess,),
             )
         return excess
+
+
+def _check_ours(conn: sqlean.Connection, path: Path) -> None:
+    """Refuse to add our tables to a database that is not an mdmemory index (a foreign file or WAL)."""
+    if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
+        return
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
+    if names:
+        raise StoreError(
+            f"{path} is not an mdmemory index (no schema version, tables {', '.join(names)}): if it is a damaged "
+            "index, run `mdmemory index --force` to move it aside and rebuild it from the memory files; "
+            "otherwise set memorySearch.store.path to a new file",
+            kind="foreign",
+        )
+
+
+def _check_readable_schema(conn: sqlean.Connection, path: Path, why: str | None) -> None:
+    """A read-only index must already be at this version's schema: migrations need to write."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return
+    because = f": {why}" if why else ""
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the index {path} has schema version {version}, newer than this mdmemory ({SCHEMA_VERSION}): "
+            "upgrade mdmemory",
+            kind="schema",
+        )
+    raise StoreError(
+        f"the index {path} has schema version {version} and this mdmemory needs {SCHEMA_VERSION}, but it cannot be "
+        f"upgraded while it is read-only{because}; make it writable once (any `mdmemory index` upgrades it), or "
+        "set memorySearch.store.path to a writable place",
+        kind="schema",
+    )
 
 
 def _inode(path: Path) -> int | None:

@@ -123,7 +123,26 @@ def _m2_stemming_and_windows(conn: sqlean.Connection) -> None:
     conn.execute("DROP TABLE chunk_vectors")
 
 
-MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [_m1_initial, _m2_stemming_and_windows]
+def _m3_pending_embeddings(conn: sqlean.Connection) -> None:
+    """Chunks written before their vectors: keyword search finds them at once, vectors follow.
+
+    Before this version every chunk of an index with a provider got its vectors in the transaction that
+    wrote it; any chunk of such an index still without a vector is marked pending so the next sync embeds it.
+    """
+    conn.execute("CREATE TABLE pending_embeddings (chunk_id INTEGER PRIMARY KEY)")
+    conn.execute(
+        "INSERT INTO pending_embeddings(chunk_id) SELECT c.id FROM chunks c "
+        "WHERE EXISTS (SELECT 1 FROM meta WHERE key = 'identity' "
+        "AND coalesce(json_extract(value, '$.provider'), 'none') != 'none') "
+        "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.chunk_id = c.id)"
+    )
+
+
+MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [
+    _m1_initial,
+    _m2_stemming_and_windows,
+    _m3_pending_embeddings,
+]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
