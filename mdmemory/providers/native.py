@@ -59,13 +59,17 @@ def import_llama_cpp() -> ModuleType:
     return llama_cpp
 
 
+def _package_dir(llama_cpp: ModuleType) -> Path:
+    return Path(os.path.abspath(os.path.dirname(llama_cpp.__file__ or ".")))
+
+
 def library_dir(llama_cpp: ModuleType) -> Path:
     """The folder holding the CPU backend variants (``libllama.so``'s own folder for other builds).
 
     llama-cpp-python's wheel installs ``libllama.so`` in ``llama_cpp/lib`` but ggml's backend modules in a
     ``bin`` folder at the root of site-packages, so both places are searched.
     """
-    package = Path(os.path.abspath(os.path.dirname(llama_cpp.__file__ or ".")))
+    package = _package_dir(llama_cpp)
     for folder in (package / "lib", package.parent / "bin", package.parent / "lib"):
         if variants(folder):
             return folder
@@ -84,7 +88,7 @@ def variants(lib_dir: Path) -> list[str]:
 
 def library_fingerprint(llama_cpp: ModuleType) -> str:
     """Identifies the installed build: version plus name, size and mtime of every shared library."""
-    package = Path(os.path.abspath(os.path.dirname(llama_cpp.__file__ or ".")))
+    package = _package_dir(llama_cpp)
     parts = [str(getattr(llama_cpp, "__version__", "?"))]
     for folder in dict.fromkeys((package / "lib", library_dir(llama_cpp))):
         try:
@@ -173,7 +177,7 @@ def _libggml(llama_cpp: ModuleType) -> ctypes.CDLL:
     (as ``llama_cpp._ggml`` does) would load a second registry that llama.cpp never sees.
     """
     mapped = _mapped("libggml.so")
-    package = Path(os.path.abspath(os.path.dirname(llama_cpp.__file__ or ".")))
+    package = _package_dir(llama_cpp)
     libggml = ctypes.CDLL(mapped or str(package / "lib" / "libggml.so.0"))
     libggml.ggml_backend_reg_count.restype = ctypes.c_size_t
     libggml.ggml_backend_reg_count.argtypes = []
