@@ -18,8 +18,11 @@ shared by retrievers that differ only in query settings. Figures are also split 
 conversations (conv-26, conv-30) and the ``confirm`` ones (conv-41, conv-42, conv-43); the haystack is
 the same for both.
 
+With ``--pack`` every question is also packed (``Memory.pack``) at 500, 1,000 and 2,000 tokens: pack
+recall next to whole top-ranked chunks filling the same budget (benchmarks/locomo_pack.py).
+
     python benchmarks/locomo.py [--provider local|none] [--fusion rrf] [--tokens 400 --overlap 80]
-        [--set memorySearch.query.hybrid.rrfK=30 ...] [--retrievers keyword hybrid] [--json out.json]
+        [--set memorySearch.query.hybrid.rrfK=30 ...] [--retrievers keyword hybrid] [--pack] [--json out.json]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.locomo_pack import PackRecall, pack_table  # noqa: E402
 from mdmemory.errors import MdMemoryError  # noqa: E402
 from mdmemory.memory import Memory  # noqa: E402
 from mdmemory.tokens import estimate_tokens  # noqa: E402
@@ -199,7 +203,7 @@ def aggregate(rows: Scored) -> dict[str, dict[str, dict[str, float]]]:
             if q.category in SCORED:
                 groups["overall"].append(s)
         out[split] = {
-            g: {"n": len(v), **{m: statistics.fmean(x[m] for x in v) for m in METRICS}} for g, v in groups.items()
+            g: {"n": len(v), **{m: statistics.fmean(x[m] for x in v) for m in v[0]}} for g, v in groups.items()
         }
     return out
 
@@ -271,9 +275,11 @@ def chunk_stats(mem: Memory) -> dict[str, float]:
     }
 
 
-def run_retriever(config: Path, questions: Sequence[Question]) -> tuple[Scored, dict[str, Any]]:
+def run_retriever(
+    config: Path, questions: Sequence[Question], pack_workspace: Path | None = None
+) -> tuple[Scored, dict[str, Any]]:
     """Open the memory the config describes, sync it (a no-op when the shared index is built), ask every
-    question; returns per-question scores and timings."""
+    question; returns per-question scores and timings. With ``pack_workspace`` every question is also packed."""
     with Memory.open(config_path=config) as mem:
         started = time.perf_counter()
         report = mem.sync()
@@ -289,6 +295,14 @@ def run_retriever(config: Path, questions: Sequence[Question]) -> tuple[Scored, 
             ranges = [(r["path"], r["startLine"], r["endLine"]) for r in response["results"]]
             rows.append((q, score(ranges, q.gold)))
         search_seconds = time.perf_counter() - started
+        if pack_workspace is not None:
+            packer = PackRecall(mem, pack_workspace)
+            started = time.perf_counter()
+            for q, s in rows:
+                top5 = mem.search(q.text, max_results=5, min_score=0.0)["results"]
+                s["r5Tokens"] = packer.top_tokens([(r["path"], r["startLine"], r["endLine"]) for r in top5])
+                s.update(packer.scores(q.text, q.gold))
+            print(f"  packed {len(rows)} questions at 3 budgets in {time.perf_counter() - started:.1f} s")
         info = {
             "modes": list(modes),
             "warnings": list(warnings)[:5],
@@ -335,6 +349,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="any config key under agents.defaults, e.g. memorySearch.query.hybrid.rrfK=30 (repeatable)",
     )
     ap.add_argument("--retrievers", nargs="+", choices=RETRIEVERS, default=list(RETRIEVERS))
+    ap.add_argument("--pack", action="store_true", help="also measure pack recall at 500/1000/2000 tokens")
     ap.add_argument("--conversations", nargs="+", help="sample ids (haystack and questions; for quick runs)")
     ap.add_argument("--max-questions", type=int, help="at most N questions per conversation (quick runs)")
     ap.add_argument("--workdir", type=Path, help="keep workspace and indexes here (reused by later runs)")
@@ -402,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config = root / f"{name}.json5"
             config.write_text(json.dumps(tree, indent=2), encoding="utf-8")
             try:
-                rows, info = run_retriever(config, qs.questions)
+                rows, info = run_retriever(config, qs.questions, workspace if args.pack else None)
             except MdMemoryError as exc:
                 sys.exit(f"{name}: {exc}")
             figures[name] = aggregate(rows)
@@ -434,6 +449,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]:
         print(table(title, figures, split))
         print()
+        if args.pack:
+            for name in figures:
+                order = [CATEGORIES[c] for c in SCORED] + ["overall", CATEGORIES[5]]
+                print(pack_table(f"{title} -- {name}: pack recall vs whole chunks", figures[name][split], order))
+                print()
     seconds = time.perf_counter() - wall
     print(f"wall time {seconds:.1f} s ({os.cpu_count()} cores)")
     if args.json:

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--max-results", type=int, default=None, metavar="N")
     p.add_argument("--min-score", type=float, default=None, metavar="X")
+    p.add_argument("--kind", choices=["main", "group"], default="main", help="session kind (citations auto)")
     p.set_defaults(func=cmd_search, check=check_search)
 
     p = sub.add_parser("get", parents=[common], help="read a memory file or some of its lines (memory_get)")
@@ -156,7 +157,8 @@ def check_search(args: argparse.Namespace) -> None:
 
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
     mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
-    return mem.search(args.query, max_results=args.max_results, min_score=args.min_score), _format_search
+    result = mem.search(args.query, max_results=args.max_results, min_score=args.min_score, session_kind=args.kind)
+    return result, _format_search
 
 
 def _format_search(r: dict[str, Any]) -> str:

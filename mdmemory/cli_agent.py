@@ -1,5 +1,5 @@
-"""Agent-integration subcommands: ``tools``, ``mcp``, ``flush check|done|compacted|reset``, ``context``,
-``remember``. ``register`` adds them to the ``mdmemory`` parser; like every command in ``cli.py`` each
+"""Agent-integration subcommands: ``pack``, ``tools``, ``mcp``, ``flush check|done|compacted|reset``,
+``context``, ``remember``. ``register`` adds them to the ``mdmemory`` parser; like every command in ``cli.py`` each
 handler takes ``(args, mem)`` and returns ``(result, formatter)``, and ``cli.main`` prints the result as
 JSON (``--json``) or through the formatter.
 """
@@ -16,6 +16,7 @@ from mdmemory.agent.context import KINDS, session_context
 from mdmemory.agent.flush import check_flush, record_compaction, record_flush, reset_session
 from mdmemory.agent.remember import remember
 from mdmemory.agent.schemas import FORMATS, tool_definitions
+from mdmemory.packer import SOURCE_KINDS, check_pack_arguments
 
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
@@ -26,11 +27,20 @@ Result = tuple[dict[str, Any], Callable[[dict[str, Any]], str]]
 def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
     """Add the agent-integration subcommands to ``sub`` (the ``mdmemory`` subparsers); ``common`` is the
     parent parser holding ``--config``, ``--agent`` and ``--json``."""
+    p = sub.add_parser("pack", parents=[common], help="a cited context bundle within a token budget (memory_pack)")
+    p.add_argument("query")
+    p.add_argument("--budget-tokens", type=int, default=1000, metavar="N", help="default: 1000")
+    p.add_argument("--max-items", type=int, default=None, metavar="N", help="default: no cap")
+    p.add_argument("--source", dest="sources", action="append", choices=SOURCE_KINDS, help="only these kinds")
+    p.add_argument("--trace", action="store_true", help="add a receipt for every candidate (no memory text)")
+    p.set_defaults(func=cmd_pack, check=check_pack)
+
     p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
     p.add_argument("--format", dest="tool_format", choices=FORMATS, default="openai", help="default: openai")
     p.set_defaults(func=cmd_tools, needs_memory=False)
 
-    p = sub.add_parser("mcp", parents=[common], help="serve memory_search, memory_get, memory_status over MCP (stdio)")
+    p = sub.add_parser("mcp", parents=[common], help="serve the memory tools over MCP (stdio)")
+    p.add_argument("--kind", choices=KINDS, default="main", help="session kind served: main or group (citations)")
     p.set_defaults(func=cmd_mcp)
 
     flush = sub.add_parser("flush", help="pre-compaction memory flush: check, record, reset")
@@ -74,6 +84,41 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
 # -- handlers ----------------------------------------------------------------------------------------------
 
 
+def check_pack(args: argparse.Namespace) -> None:
+    """memory_pack's bounds, checked before the config or the index is opened."""
+    names = {"query": "QUERY", "budgetTokens": "--budget-tokens", "maxItems": "--max-items", "sources": "--source"}
+    args.query, args.budget_tokens, args.max_items, _ = check_pack_arguments(
+        args.query, args.budget_tokens, args.max_items, args.sources, names
+    )
+
+
+def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
+    result = mem.pack(
+        args.query, budget_tokens=args.budget_tokens, max_items=args.max_items, sources=args.sources, trace=args.trace
+    )
+    return result, _format_pack
+
+
+def _format_pack(r: dict[str, Any]) -> str:
+    model = f" ({r['model']})" if r.get("model") else ""
+    out = [r["bundleText"] or "(nothing in memory matched)", ""]
+    out.append(
+        f"-- {r['usedTokens']}/{r['budgetTokens']} tokens · {len(r['items'])} item(s) · {r['mode']} · "
+        f"provider {r['provider']}{model}"
+    )
+    for receipt in r.get("trace", []):
+        scores = " ".join(
+            f"{name} {receipt[key]:.3f}" if receipt[key] is not None else f"{name} -"
+            for name, key in (("score", "score"), ("vector", "vectorScore"), ("keyword", "keywordScore"))
+        )
+        cost = f" · {receipt['tokens']} tokens" if "tokens" in receipt else ""
+        out.append(
+            f"{receipt['rank']:>3}. {receipt['decision']:8} {receipt['ref']}  {scores}  {receipt['reason']}{cost}"
+        )
+    out += [f"note: {note}" for note in r.get("warnings", [])]
+    return "\n".join(out)
+
+
 def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:
     result = {"format": args.tool_format, "tools": tool_definitions(args.tool_format)}
     return result, lambda r: json.dumps(r["tools"], indent=2, ensure_ascii=False)
@@ -82,7 +127,7 @@ def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:
 def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
     from mdmemory.mcp_server import run
 
-    run(mem)
+    run(mem, args.kind)
     raise SystemExit(0)  # stdout belonged to the MCP client: print nothing after the session ends
 
 

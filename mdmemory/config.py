@@ -48,6 +48,7 @@ ProviderName = Literal["auto", "local", "openai", "none", "hash"]
 FallbackName = Literal["openai", "local", "none"]
 FusionName = Literal["weighted", "rrf"]
 KeywordScoreName = Literal["relative", "coverage", "blend"]
+CitationsMode = Literal["auto", "on", "off"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class QueryConfig:
     low_confidence_results: int = 3  # when nothing reaches min_score, return up to this many, marked (0: none)
     keyword_score: KeywordScoreName = "blend"
     hybrid: HybridConfig = field(default_factory=HybridConfig)
+    citations: CitationsMode = "auto"  # memory_search cites path#Lx-Ly: auto = in main sessions only
     embed_timeout_ms: int = 2000  # a search waits at most this long for embeddings, then answers from keywords
 
 
@@ -652,6 +654,23 @@ def _agent(
     )
 
 
+def _openclaw_memory(ld: _Loader, root: dict[str, Any]) -> dict[str, Any]:
+    """OpenClaw's top-level ``memory.citations`` as a memorySearch layer under ``agents.defaults``' own.
+
+    It sets the default of every agent's ``memorySearch.query.citations`` (which wins when set); the other
+    keys of ``memory`` (``backend``, ``qmd``...) belong to the runtime and are ignored.
+    """
+    raw = root.get("memory")
+    if not isinstance(raw, dict):
+        if "memory" in root:
+            ld.ignored.append("memory")
+        return {}
+    ld.runtime_keys(raw, "memory", ("citations",))
+    if "citations" not in raw:
+        return {}
+    return {"query": ld.section(QueryConfig, {"citations": raw["citations"]}, "memory", "query")}
+
+
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Read, validate and merge the configuration; see the module docstring for the file's shape.
 
@@ -666,7 +685,8 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     root = _read(ld, source) if source else {}
     if not isinstance(root, dict):
         raise ld.error(None, f"the file must hold an object, got {_kind(root)}. Fix: start it with {{ agents: ... }}.")
-    ld.runtime_keys(root, "", ("agents",))
+    ld.runtime_keys(root, "", ("agents", "memory"))
+    openclaw = _openclaw_memory(ld, root)
     agents = ld.obj(root.get("agents", {}), "agents")
     ld.runtime_keys(agents, "agents", ("defaults", "list"))
     defaults = _head(ld, _Defaults, agents.get("defaults", {}), "agents.defaults")
@@ -677,7 +697,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     ms_key = "agents.defaults.memorySearch"
     base_layer = (
         ms_key,
-        ld.section(MemorySearchConfig, agents.get("defaults", {}).get("memorySearch", {}), ms_key),
+        _merge(openclaw, ld.section(MemorySearchConfig, agents.get("defaults", {}).get("memorySearch", {}), ms_key)),
     )
 
     entries = agents.get("list", [])

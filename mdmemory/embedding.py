@@ -49,23 +49,32 @@ def embedding_inputs(chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCo
     first line (so a line keeps its section and date). A chunk that fits in one window has no windows:
     its whole-chunk vector already is that window.
     """
-    whole = embedding_input(chunk)
+    windows = embedding_windows(chunk, window_tokens, count)
+    return [embedding_input(chunk), *(text for text, _, _ in windows)]
+
+
+def embedding_windows(
+    chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCounter | None = None
+) -> list[tuple[str, int, int]]:
+    """The windows ``embedding_inputs`` embeds after the whole chunk: (input text, first line, last line),
+    lines 1-based in the file. Empty when the chunk has no windows."""
     if not window_tokens:
-        return [whole]
+        return []
     count = count or estimate_tokens
     path = [(i + 1, part) for i, part in enumerate(chunk.heading.split(" > ")) if part] if chunk.heading else []
-    windows: list[str] = []
+    windows: list[tuple[str, int, int]] = []
     lines: list[str] = []
+    first = last = 0
     used = 0
     prefix = " > ".join(t for _, t in path)
 
     def flush() -> None:
         if lines:
             body = "\n".join(lines)
-            windows.append(f"{prefix}\n{body}" if prefix else body)
+            windows.append((f"{prefix}\n{body}" if prefix else body, first, last))
             lines.clear()
 
-    for line in chunk.text.split("\n"):
+    for n, line in enumerate(chunk.text.split("\n"), start=chunk.start_line):
         m = _ATX.match(line)
         if m:
             flush()
@@ -80,12 +89,13 @@ def embedding_inputs(chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCo
         if lines and used + cost > window_tokens:
             flush()
             used = 0
+        if not lines:
+            first = n
         lines.append(line)
+        last = n
         used += cost
     flush()
-    if len(windows) <= 1:
-        return [whole]
-    return [whole, *windows]
+    return windows if len(windows) > 1 else []
 
 
 class Counts(Protocol):

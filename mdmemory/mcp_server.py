@@ -1,4 +1,4 @@
-"""``mdmemory mcp``: memory_search, memory_get and a read-only memory_status over MCP on stdio.
+"""``mdmemory mcp``: memory_search, memory_get, memory_pack and a read-only memory_status over MCP on stdio.
 
 Uses the official MCP Python SDK (``pip install 'mdmemory[mcp]'``, SDK 2.x low-level ``Server``). The tools
 are the ones ``mdmemory tools --format mcp`` prints and every call goes through ``call_tool``, so a call
@@ -16,9 +16,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import __version__
+from mdmemory.agent.context import KINDS, SessionKind
 from mdmemory.agent.schemas import ALL_TOOLS, call_tool, tool_definitions
 from mdmemory.errors import ConfigError, MdMemoryError
 
@@ -35,12 +37,17 @@ def instructions(memory: Memory) -> str:
     return (
         f"Long-term memory of agent '{memory.agent.id}' (Markdown files in its workspace). Before answering "
         "about earlier work, decisions, dates, people, preferences or to-dos, call memory_search; then call "
-        "memory_get with a result's path and lines to read more. Cite path#Lstart-Lend."
+        "memory_get with a result's path and lines to read more, or call memory_pack for a compact cited bundle "
+        "of the relevant lines. Cite path#Lstart-Lend."
     )
 
 
-def build_server(memory: Memory) -> Server[Any]:
-    """An MCP ``Server`` whose tools answer from ``memory``; nothing is opened or loaded until a call."""
+def build_server(memory: Memory, session_kind: SessionKind = "main") -> Server[Any]:
+    """An MCP ``Server`` whose tools answer from ``memory``; nothing is opened or loaded until a call.
+
+    ``session_kind`` is the kind of session this server serves (``main`` or ``group``: one server per
+    session kind), which decides memory_search citations under ``query.citations: "auto"``.
+    """
     try:
         import anyio
         import mcp.types as types
@@ -56,7 +63,9 @@ def build_server(memory: Memory) -> Server[Any]:
 
     async def run_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = params.arguments or {}
-        result = await anyio.to_thread.run_sync(call_tool, memory, params.name, arguments, limiter=one_at_a_time)
+        result = await anyio.to_thread.run_sync(
+            partial(call_tool, session_kind=session_kind), memory, params.name, arguments, limiter=one_at_a_time
+        )
         text = json.dumps(result, ensure_ascii=False)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=text)],
@@ -73,22 +82,22 @@ def build_server(memory: Memory) -> Server[Any]:
     )
 
 
-async def serve(memory: Memory) -> None:
+async def serve(memory: Memory, session_kind: SessionKind = "main") -> None:
     """Serve ``memory`` on stdin/stdout until the client closes the connection."""
     try:
         from mcp.server.stdio import stdio_server
     except ImportError:
         raise MdMemoryError(INSTALL_HINT) from None
-    server = build_server(memory)
+    server = build_server(memory, session_kind)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def run(memory: Memory) -> None:
+def run(memory: Memory, session_kind: SessionKind = "main") -> None:
     """Blocking ``serve``: returns when the client disconnects."""
     import anyio
 
-    anyio.run(serve, memory)
+    anyio.run(serve, memory, session_kind)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mdmemory mcp", description="Serve agent memory over MCP (stdio).")
     parser.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
     parser.add_argument("--agent", help="agent id from agents.list (default: the default agent)")
+    parser.add_argument("--kind", choices=KINDS, default="main", help="session kind served (citations auto)")
     args = parser.parse_args(argv)
     try:
         memory = Memory.open(agent=args.agent, config_path=args.config)
@@ -105,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"mdmemory: error: {exc}", file=sys.stderr)
         return 2
     try:
-        run(memory)
+        run(memory, args.kind)
     except MdMemoryError as exc:
         print(f"mdmemory: error: {exc}", file=sys.stderr)
         return 1

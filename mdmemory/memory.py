@@ -7,9 +7,11 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import Any, Concatenate, ParamSpec, TypeVar
+
+import numpy as np
 
 from mdmemory import agent as integration
 from mdmemory import catchup, roots
@@ -18,9 +20,11 @@ from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
 from mdmemory.indexer import Indexer, Progress, SyncReport
+from mdmemory.packer import check_pack_arguments, run_pack
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.factory import ProviderChoice
+from mdmemory.search import SearchOutcome
 from mdmemory.search import search as run_search
 from mdmemory.selection import ProviderSelection
 from mdmemory.status import build_status
@@ -29,7 +33,7 @@ from mdmemory.store.connection import DatabaseError
 from mdmemory.store.faults import store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.store.repair import repair_corrupt
-from mdmemory.tools import get_file, search_response
+from mdmemory.tools import citations_on, get_file, search_response
 from mdmemory.workspace import Workspace
 
 _R = TypeVar("_R")
@@ -283,11 +287,20 @@ class Memory(ProviderSelection):
         )
 
     @_store_faults
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
+    def search(
+        self,
+        query: str,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        *,
+        session_kind: SessionKind = "main",
+    ) -> dict[str, Any]:
         """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
 
         Raises InvalidArgumentError (a ValueError) for an empty query, ``max_results`` outside 1-100 or
-        ``min_score`` outside 0-1: the bounds of the memory_search tool schema.
+        ``min_score`` outside 0-1: the bounds of the memory_search tool schema. Results carry ``citation``
+        (and their snippet a ``Source:`` line) when ``query.citations`` is ``on``, or ``auto`` in a ``main``
+        session (``session_kind``; ``group`` for shared chats).
         """
         query, max_results, min_score = check_search_arguments(query, max_results, min_score)
         if not self.settings.enabled:
@@ -295,6 +308,18 @@ class Memory(ProviderSelection):
         q = self.settings.query
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
+        outcome, _, extra = self._search(query, limit, threshold)
+        provider = self.choice.provider
+        model = provider.model if provider else None
+        cited = citations_on(q.citations, session_kind)
+        return {**search_response(outcome, provider=self.choice.name, model=model, citations=cited), **extra}
+
+    def _search(
+        self, query: str, limit: int, threshold: float
+    ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
+        """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
+        the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
+        q = self.settings.query
         notes: list[str] = []
         self.store.refresh()
         until = self._embedding_deadline()
@@ -325,16 +350,37 @@ class Memory(ProviderSelection):
             low_confidence_results=q.low_confidence_results,
         )
         notes.extend(outcome.notes)
-        response = search_response(outcome, provider=self.choice.name, model=provider.model if provider else None)
+        extra: dict[str, Any] = {}
         if self.choice.fallback:
-            response["fallback"] = self.choice.fallback
+            extra["fallback"] = self.choice.fallback
         if outcome.mode == "keyword" and provider is None:
             notes.append(self.choice.hint or "keyword-only search: no embedding provider is configured")
         if stale:
-            response["stale"] = True
+            extra["stale"] = True
         if notes:
-            response["warnings"] = notes
-        return response
+            extra["warnings"] = notes
+        return outcome, vector, extra
+
+    @_store_faults
+    def pack(
+        self,
+        query: str,
+        budget_tokens: int = 1000,
+        max_items: int | None = None,
+        sources: Sequence[str] | None = None,
+        trace: bool = False,
+    ) -> dict[str, Any]:
+        """A ContextPack: the most evidence per token for ``query`` within ``budget_tokens``, every item cited.
+
+        ``{query, budgetTokens, usedTokens, items: [{ref, path, startLine, endLine, text, score, source, kind,
+        date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
+        when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``). See mdmemory.pack.
+        """
+        if not self.settings.enabled:
+            check_pack_arguments(query, budget_tokens, max_items, sources)
+            empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
+            return {**empty, "disabled": True, "error": self._disabled()}
+        return run_pack(self, query, budget_tokens, max_items=max_items, sources=sources, trace=trace)
 
     def _embedding_deadline(self) -> float:
         """When a search stops waiting for embeddings: ``query.embedTimeoutMs`` from now, after the one-time
@@ -368,9 +414,12 @@ class Memory(ProviderSelection):
         return {"sync": report, "status": self.status()}
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
-    def call_tool(self, name: str, arguments: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
-        """Run memory_search / memory_get / memory_status; errors come back as ``{..., error}``, never raised."""
-        return integration.call_tool(self, name, arguments)
+    def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | str | None = None, *, session_kind: SessionKind = "main"
+    ) -> dict[str, Any]:
+        """Run memory_search / memory_pack / memory_get / memory_status; errors come back as ``{..., error}``,
+        never raised. ``session_kind`` is the session the call comes from (citations ``auto``)."""
+        return integration.call_tool(self, name, arguments, session_kind=session_kind)
 
     def session_context(self, kind: SessionKind = "main", today: date | str | None = None) -> dict[str, Any]:
         """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""

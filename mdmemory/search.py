@@ -76,6 +76,7 @@ MAX_QUERY_TERMS = 64
 # distribution) gets its lowConfidenceResults closest candidates. Measured with MiniLM: see the README.
 LOW_CONFIDENCE_SHARE = 0.7
 _WORD = re.compile(r"\w+", re.UNICODE)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
 _DAILY = re.compile(r"^memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
 
@@ -137,8 +138,11 @@ def cjk_match(query: str) -> tuple[str | None, list[str]]:
 
 def _fold(text: str) -> str:
     """Lower-case and strip accents, as the FTS5 tokenizer does."""
-    decomposed = unicodedata.normalize("NFKD", text.lower())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+    lower = text.lower()
+    if lower.isascii():
+        return lower
+    decomposed = unicodedata.normalize("NFKD", lower)  # only non-ASCII characters can be combining marks
+    return _NON_ASCII.sub(lambda m: "" if unicodedata.combining(m[0]) else m[0], decomposed)
 
 
 def contains_all_terms(text: str, terms: Sequence[str], query: str = "") -> bool:

@@ -5,31 +5,49 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from mdmemory.config import MemorySearchConfig
+from mdmemory.config import CitationsMode, MemorySearchConfig
 from mdmemory.errors import SpecialFileError, WorkspaceError
-from mdmemory.search import SearchOutcome, make_snippet
+from mdmemory.pack import cite
+from mdmemory.search import SNIPPET_CHARS, SearchOutcome, make_snippet
 from mdmemory.workspace import Workspace, read_capped
 
 RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")
+CITED_RESULT_KEYS = (*RESULT_KEYS, "citation")
 DEFAULT_MAX_BYTES = MemorySearchConfig.max_file_bytes  # Memory.get passes the configured one
 
 
-def search_response(outcome: SearchOutcome, *, provider: str, model: str | None) -> dict[str, Any]:
-    """``{results: [{path, startLine, endLine, score, snippet, source[, lowConfidence]}], provider, model, mode}``.
+def citations_on(mode: CitationsMode, session_kind: str) -> bool:
+    """``query.citations``: ``on`` always, ``off`` never, ``auto`` in a ``main`` (private) session only."""
+    return mode == "on" or (mode == "auto" and session_kind == "main")
 
-    ``lowConfidence: true`` marks a result returned only because no result reached minScore (the reason is
-    in ``outcome.notes``, which the caller reports as warnings).
+
+def search_response(
+    outcome: SearchOutcome, *, provider: str, model: str | None, citations: bool = False
+) -> dict[str, Any]:
+    """``{results: [{path, startLine, endLine, score, snippet, source[, citation][, lowConfidence]}], provider,
+    model, mode}``.
+
+    With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
+    ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
+    marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
+    which the caller reports as warnings).
     """
     results = []
     for h in outcome.hits:
+        c = h.chunk
+        ref = cite(c.path, c.start_line, c.end_line)
+        footer = f"\n\nSource: {ref}" if citations else ""
+        snippet = make_snippet(c.text, outcome.terms, c.heading, limit=max(SNIPPET_CHARS - len(footer), 100))
         result: dict[str, Any] = {
-            "path": h.chunk.path,
-            "startLine": h.chunk.start_line,
-            "endLine": h.chunk.end_line,
+            "path": c.path,
+            "startLine": c.start_line,
+            "endLine": c.end_line,
             "score": round(float(h.score), 4),
-            "snippet": make_snippet(h.chunk.text, outcome.terms, h.chunk.heading),
-            "source": h.chunk.source,
+            "snippet": snippet.rstrip() + footer if citations else snippet,
+            "source": c.source,
         }
+        if citations:
+            result["citation"] = ref
         if h.low_confidence:
             result["lowConfidence"] = True
         results.append(result)

@@ -12,6 +12,8 @@ import pytest
 from mdmemory.agent.schemas import (
     GET_INPUT,
     GET_OUTPUT,
+    PACK_INPUT,
+    PACK_OUTPUT,
     SEARCH_INPUT,
     SEARCH_OUTPUT,
     call_tool,
@@ -19,7 +21,7 @@ from mdmemory.agent.schemas import (
 )
 from mdmemory.errors import StoreError
 from mdmemory.memory import Memory
-from mdmemory.tools import RESULT_KEYS
+from mdmemory.tools import CITED_RESULT_KEYS
 from tests.agent_helpers import run_cli
 from tests.conftest import write
 
@@ -46,25 +48,28 @@ def mem(workspace: Path, make_memory: Callable[..., Memory]) -> Memory:
 
 def test_openai_format() -> None:
     tools = tool_definitions("openai")
-    assert [t["type"] for t in tools] == ["function", "function"]
-    assert [t["function"]["name"] for t in tools] == ["memory_search", "memory_get"]
+    assert [t["type"] for t in tools] == ["function"] * 3
+    assert [t["function"]["name"] for t in tools] == ["memory_search", "memory_get", "memory_pack"]
     assert tools[0]["function"]["parameters"] == SEARCH_INPUT
     assert tools[1]["function"]["parameters"] == GET_INPUT
+    assert tools[2]["function"]["parameters"] == PACK_INPUT
 
 
 def test_anthropic_format() -> None:
     tools = tool_definitions("anthropic")
-    assert [set(t) for t in tools] == [{"name", "description", "input_schema"}] * 2
+    assert [set(t) for t in tools] == [{"name", "description", "input_schema"}] * 3
     assert tools[0]["input_schema"]["required"] == ["query"]
     assert tools[1]["input_schema"]["required"] == ["path"]
+    assert tools[2]["input_schema"]["required"] == ["query"]
 
 
 def test_mcp_format_adds_the_read_only_status_tool() -> None:
     tools = tool_definitions("mcp")
-    assert [t["name"] for t in tools] == ["memory_search", "memory_get", "memory_status"]
+    assert [t["name"] for t in tools] == ["memory_search", "memory_get", "memory_pack", "memory_status"]
     for tool in tools:
         assert tool["annotations"]["readOnlyHint"] is True and tool["inputSchema"]["type"] == "object"
     assert tools[0]["outputSchema"] == SEARCH_OUTPUT and tools[1]["outputSchema"] == GET_OUTPUT
+    assert tools[2]["outputSchema"] == PACK_OUTPUT
 
 
 def test_schemas_are_valid_json_schema_and_closed() -> None:
@@ -76,7 +81,9 @@ def test_schemas_are_valid_json_schema_and_closed() -> None:
 
 
 def test_descriptions_tell_the_model_when_and_how() -> None:
-    search, get = (t["function"]["description"] for t in tool_definitions("openai"))
+    search, get, pack = (t["function"]["description"] for t in tool_definitions("openai"))
+    for phrase in ("budgetTokens", "Source: path#Lx-Ly", "MEMORY.md", "memory_search"):
+        assert phrase in pack, phrase
     for phrase in ("before answering", "startLine", "endLine", "memory_get", "MEMORY.md", "memory/YYYY-MM-DD.md"):
         assert phrase in search, phrase
     for phrase in ("memory_search", "from = startLine", "lines"):
@@ -112,7 +119,7 @@ def test_search_returns_the_documented_shape(mem: Memory) -> None:
     validate(result, SEARCH_OUTPUT)
     assert "error" not in result and result["provider"] == "hash" and result["mode"] == "hybrid"
     hit = result["results"][0]
-    assert tuple(hit) == RESULT_KEYS and hit["path"] == "MEMORY.md" and "02:30" in hit["snippet"]
+    assert tuple(hit) == CITED_RESULT_KEYS and hit["path"] == "MEMORY.md" and "02:30" in hit["snippet"]
     assert len(result["results"]) <= 3
 
 
@@ -172,7 +179,7 @@ def test_path_errors_keep_the_get_shape(mem: Memory) -> None:
 
 def test_unknown_tool(mem: Memory) -> None:
     assert call_tool(mem, "memory_delete", {}) == {
-        "error": "unknown tool 'memory_delete'; mdmemory provides memory_search, memory_get, memory_status"
+        "error": "unknown tool 'memory_delete'; mdmemory provides memory_search, memory_get, memory_pack, memory_status"
     }
 
 
@@ -192,7 +199,7 @@ def test_a_broken_index_is_an_error_result_not_an_exception(
 
 
 class _Exploding(Memory):
-    def search(self, query: str, max_results: int | None = None, min_score: float | None = None) -> dict[str, Any]:
+    def search(self, query: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
         raise RuntimeError("disk on fire")
 
 

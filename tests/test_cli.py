@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mdmemory.cli import main
-from mdmemory.tools import RESULT_KEYS
+from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import REPO, write
 
 
@@ -42,7 +42,7 @@ def test_index_search_get_status_json(config: Path, capsys: pytest.CaptureFixtur
     code, out, _ = run(capsys, "search", "restic", "--config", str(config), "--json")
     res = json.loads(out)
     assert code == 0 and res["results"][0]["path"] == "MEMORY.md"
-    assert all(tuple(r) == RESULT_KEYS for r in res["results"])
+    assert all(tuple(r) == CITED_RESULT_KEYS for r in res["results"])  # citations auto: on in main
     assert res["results"][0]["startLine"] == 1 and res["results"][0]["endLine"] == 3
 
     code, out, _ = run(capsys, "search", "寿司", "--config", str(config), "--json", "--max-results", "1")

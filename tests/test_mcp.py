@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mdmemory.agent.schemas import tool_definitions
-from mdmemory.tools import RESULT_KEYS
+from mdmemory.tools import CITED_RESULT_KEYS
 from tests.agent_helpers import write_config
 from tests.conftest import REPO, write
 
@@ -68,7 +68,7 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
     drive(["-m", "mdmemory.mcp_server", "--config", str(config)], isolated_env, body)
 
     tools = {t["name"]: t for t in seen["tools"]}
-    assert list(tools) == ["memory_search", "memory_get", "memory_status"]
+    assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_status"]
     for expected in tool_definitions("mcp"):
         assert tools[expected["name"]]["inputSchema"] == expected["inputSchema"]
         assert tools[expected["name"]]["description"] == expected["description"]
@@ -79,7 +79,7 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
     assert {"results", "provider", "model", "mode"} <= set(search)
     assert (search["provider"], search["mode"]) == ("hash", "hybrid")
     hit = search["results"][0]
-    assert tuple(hit) == RESULT_KEYS
+    assert tuple(hit) == CITED_RESULT_KEYS
     assert (hit["path"], hit["source"]) == ("MEMORY.md", "memory") and "02:30" in hit["snippet"]
     assert isinstance(hit["startLine"], int) and hit["endLine"] >= hit["startLine"] and 0 < hit["score"] <= 1
 
@@ -96,6 +96,38 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
 
     status = structured(seen["status"])
     assert status["agent"] == "main" and status["files"] == 2  # the search indexed both files
+
+
+def test_memory_pack_through_a_real_client_in_a_group_session(config: Path, isolated_env: Path) -> None:
+    """memory_pack answers with the pack (no trace); a group-session server does not cite search results."""
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        seen["pack"] = await session.call_tool("memory_pack", {"query": "when do the backups run", "budgetTokens": 200})
+        seen["tiny"] = await session.call_tool("memory_pack", {"query": "backups", "budgetTokens": 5})
+        seen["bad"] = await session.call_tool("memory_pack", {"query": "backups", "budgetTokens": 0})
+        seen["search"] = await session.call_tool("memory_search", {"query": "backups"})
+
+    drive(["-m", "mdmemory.mcp_server", "--config", str(config), "--kind", "group"], isolated_env, body)
+    pack = structured(seen["pack"])
+    assert seen["pack"].is_error is False and "trace" not in pack
+    assert (pack["query"], pack["budgetTokens"], pack["provider"], pack["mode"]) == (
+        "when do the backups run",
+        200,
+        "hash",
+        "hybrid",
+    )
+    [item] = [i for i in pack["items"] if i["path"] == "MEMORY.md"]
+    assert item["text"] == "## Infra\n\n- Backups run nightly at 02:30 with restic."  # the lines 3-5 of the file
+    assert (item["ref"], item["kind"], item["startLine"], item["endLine"]) == ("MEMORY.md#L3-L5", "curated", 3, 5)
+    assert item["text"] + "\nSource: MEMORY.md#L3-L5" in pack["bundleText"]
+    assert 0 < pack["usedTokens"] <= 200
+    tiny = structured(seen["tiny"])
+    assert (tiny["items"], tiny["bundleText"], tiny["usedTokens"]) == ([], "", 0)
+    bad = structured(seen["bad"])
+    assert seen["bad"].is_error is True and "'budgetTokens' must be from 1 to 100000" in bad["error"]
+    search = structured(seen["search"])
+    assert search["results"] and all("citation" not in r and "Source:" not in r["snippet"] for r in search["results"])
 
 
 def test_through_the_command_line_and_without_loading_a_model(
@@ -117,7 +149,7 @@ def test_through_the_command_line_and_without_loading_a_model(
         seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md", "from": 3})
 
     drive(["-m", "tests.agent_helpers", "mcp", "--config", str(cfg)], isolated_env, body)
-    assert seen["names"] == ["memory_search", "memory_get", "memory_status"]
+    assert seen["names"] == ["memory_search", "memory_get", "memory_pack", "memory_status"]
     assert structured(seen["get"])["text"] == "# Long-term memory\n\n- fact\n"
     search = structured(seen["search"])  # the model cannot be created: keyword results and a loud warning, no crash
     assert seen["search"].is_error is False and search["mode"] == "keyword" and search["provider"] == "none"

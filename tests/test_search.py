@@ -24,7 +24,7 @@ from mdmemory.search import (
     normalise_bm25,
     query_terms,
 )
-from mdmemory.tools import RESULT_KEYS
+from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import write
 from tests.test_agent_tools import validate
 
@@ -256,7 +256,7 @@ def test_results_shape_unique_sorted_and_cut(notes: Path, workspace: Path, make_
     res = mem.search("restic backup", max_results=5)
     assert set(res) >= {"results", "provider", "model", "mode"}
     assert len(res["results"]) == 5
-    assert all(tuple(r) == RESULT_KEYS for r in res["results"])
+    assert all(tuple(r) == CITED_RESULT_KEYS for r in res["results"])  # citations auto: on in main
     keys = [(r["path"], r["startLine"], r["endLine"]) for r in res["results"]]
     assert len(set(keys)) == len(keys)
     scores = [r["score"] for r in res["results"]]

@@ -1,6 +1,6 @@
 """Tool definitions for agent runtimes and a dispatcher that never raises.
 
-``tool_definitions(format)`` gives memory_search / memory_get (and, for MCP, memory_status) as OpenAI,
+``tool_definitions(format)`` gives memory_search / memory_get / memory_pack (and, for MCP, memory_status) as OpenAI,
 Anthropic or MCP tool objects built from one set of JSON Schemas. ``call_tool(memory, name, arguments)``
 validates the arguments against those schemas and always returns the tool's result shape; anything that
 goes wrong comes back in it as ``error`` so a runtime can hand it to the model as is.
@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from mdmemory.errors import InvalidArgumentError, MdMemoryError
 
 if TYPE_CHECKING:
+    from mdmemory.agent.context import SessionKind
     from mdmemory.memory import Memory
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
-AGENT_TOOLS = ("memory_search", "memory_get")  # what a model needs; memory_status is for operators
+AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
 ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
+DEFAULT_PACK_BUDGET = 1000
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
@@ -41,6 +43,13 @@ GET_DESCRIPTION = (
     "Read only the lines you need to keep your context small. Returns {path, text}; a memory file that does "
     "not exist yet returns empty text, and a path outside the memory files returns an error. A very large file "
     "is cut at maxFileBytes: then truncated is true and note says so."
+)
+PACK_DESCRIPTION = (
+    "Get a compact, cited bundle of your memory about a topic, ready to read: the lines of MEMORY.md and "
+    "the daily logs that best match the query, trimmed to the relevant lines and fitted into budgetTokens "
+    "(default 1000). Returns bundleText (each excerpt followed by 'Source: path#Lx-Ly') and the items with "
+    "their path and line range. Use it instead of several memory_search + memory_get calls when you need "
+    "the evidence itself; cite the Source of what you use. An empty bundle means nothing relevant was stored."
 )
 STATUS_DESCRIPTION = (
     "Report the state of the memory index (read-only): embedding provider and model, search mode, indexed "
@@ -97,6 +106,25 @@ GET_INPUT: dict[str, Any] = {
     "required": ["path"],
     "additionalProperties": False,
 }
+PACK_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {
+            "type": "string",
+            "minLength": 1,
+            "description": "What the bundle is about, as a question or keywords (e.g. 'what did we decide "
+            "about backups').",
+        },
+        "budgetTokens": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100000,
+            "description": "Most tokens the bundle may take (default 1000).",
+        },
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
 STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 SEARCH_OUTPUT: dict[str, Any] = {
@@ -113,6 +141,7 @@ SEARCH_OUTPUT: dict[str, Any] = {
                     "score": {"type": "number"},
                     "snippet": {"type": "string"},
                     "source": {"type": "string", "enum": ["memory", "extra"]},
+                    "citation": {"type": "string"},
                     "lowConfidence": {"type": "boolean", "const": True},
                 },
                 "required": ["path", "startLine", "endLine", "score", "snippet", "source"],
@@ -141,14 +170,58 @@ GET_OUTPUT: dict[str, Any] = {
     },
     "required": ["path", "text"],
 }
+PACK_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"},
+        "budgetTokens": {"type": "integer"},
+        "usedTokens": {"type": "integer"},
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string"},
+                    "path": {"type": "string"},
+                    "startLine": {"type": "integer"},
+                    "endLine": {"type": "integer"},
+                    "text": {"type": "string"},
+                    "score": {"type": "number"},
+                    "source": {"type": "string", "enum": ["memory", "extra"]},
+                    "kind": {"type": "string", "enum": ["curated", "daily", "extra"]},
+                    "date": {"type": "string"},
+                    "heading": {"type": "string"},
+                    "headingLine": {"type": "integer"},
+                    "lowConfidence": {"type": "boolean", "const": True},
+                },
+                "required": ["ref", "path", "startLine", "endLine", "text", "score", "source", "kind"],
+            },
+        },
+        "bundleText": {"type": "string"},
+        "provider": {"type": "string"},
+        "model": {"type": ["string", "null"]},
+        "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
+        "fallback": {"type": "object"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "stale": {"type": "boolean"},
+        "error": {"type": "string"},
+    },
+    "required": ["items", "bundleText"],
+}
 STATUS_OUTPUT: dict[str, Any] = {"type": "object"}
 
 TOOLS: dict[str, dict[str, Any]] = {
     "memory_search": {"description": SEARCH_DESCRIPTION, "input": SEARCH_INPUT, "output": SEARCH_OUTPUT},
     "memory_get": {"description": GET_DESCRIPTION, "input": GET_INPUT, "output": GET_OUTPUT},
+    "memory_pack": {"description": PACK_DESCRIPTION, "input": PACK_INPUT, "output": PACK_OUTPUT},
     "memory_status": {"description": STATUS_DESCRIPTION, "input": STATUS_INPUT, "output": STATUS_OUTPUT},
 }
-_TITLES = {"memory_search": "Search memory", "memory_get": "Read memory", "memory_status": "Memory status"}
+_TITLES = {
+    "memory_search": "Search memory",
+    "memory_get": "Read memory",
+    "memory_pack": "Pack memory context",
+    "memory_status": "Memory status",
+}
 
 
 def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
@@ -158,7 +231,7 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
     - ``anthropic``: Messages API ``[{name, description, input_schema}]``;
     - ``mcp``: ``[{name, title, description, inputSchema, outputSchema, annotations}]``.
 
-    ``names`` defaults to memory_search and memory_get, plus memory_status for ``mcp``.
+    ``names`` defaults to memory_search, memory_get and memory_pack, plus memory_status for ``mcp``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -197,15 +270,25 @@ def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = 
     if name == "memory_get":
         path = (arguments or {}).get("path")
         return {"path": path if isinstance(path, str) else "", "text": "", "error": message}
+    if name == "memory_pack":
+        return {"items": [], "bundleText": "", "error": message}
     return {"error": message}
 
 
-def call_tool(memory: Memory, name: str, arguments: Mapping[str, Any] | str | None = None) -> dict[str, Any]:
+def call_tool(
+    memory: Memory,
+    name: str,
+    arguments: Mapping[str, Any] | str | None = None,
+    *,
+    session_kind: SessionKind = "main",
+) -> dict[str, Any]:
     """Run tool ``name`` with ``arguments`` (a dict, a JSON object string as OpenAI sends it, or None).
 
     Always returns the tool's result shape: memory_search ``{results, provider, model, mode, ...}``,
-    memory_get ``{path, text}``, memory_status the status object. Invalid arguments, unknown tools and
-    failures return that shape with an ``error`` saying what to change; no exception escapes.
+    memory_get ``{path, text}``, memory_pack ``{query, budgetTokens, usedTokens, items, bundleText, ...}``,
+    memory_status the status object. Invalid arguments, unknown tools and failures return that shape with
+    an ``error`` saying what to change; no exception escapes. ``session_kind`` is the kind of session the
+    call comes from: ``main`` (private) or ``group``; memory_search cites its results per ``query.citations``.
     """
     if not isinstance(name, str) or name not in TOOLS:
         known = ", ".join(ALL_TOOLS)
@@ -216,7 +299,7 @@ def call_tool(memory: Memory, name: str, arguments: Mapping[str, Any] | str | No
     if problem is not None:
         return error_result(name, f"invalid arguments for {name}: {problem}", args)
     try:
-        return _RUNNERS[name](memory, args)
+        return _RUNNERS[name](memory, args, session_kind)
     except MdMemoryError as exc:
         return error_result(name, str(exc), args)
     except Exception as exc:  # noqa: BLE001 - the contract: errors are results, never exceptions
@@ -313,20 +396,27 @@ def _norm(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
 
 
-def _search(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
-    return memory.search(args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"))
+def _search(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.search(
+        args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
+    )
 
 
-def _get(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+def _get(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.get(args["path"], from_line=args.get("from"), lines=args.get("lines"))
 
 
-def _status(memory: Memory, args: dict[str, Any]) -> dict[str, Any]:
+def _pack(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.pack(args["query"], budget_tokens=args.get("budgetTokens", DEFAULT_PACK_BUDGET))
+
+
+def _status(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.status()
 
 
-_RUNNERS: dict[str, Callable[[Memory, dict[str, Any]], dict[str, Any]]] = {
+_RUNNERS: dict[str, Callable[[Memory, dict[str, Any], SessionKind], dict[str, Any]]] = {
     "memory_search": _search,
     "memory_get": _get,
+    "memory_pack": _pack,
     "memory_status": _status,
 }

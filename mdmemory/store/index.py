@@ -444,6 +444,25 @@ class Store:
         sims = matrix @ q / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
         return [(cid, float(sim)) for cid, sim in zip(owners, sims, strict=True)]
 
+    def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
+        """For each chunk, the cosine similarity to ``query`` of each of its vectors, by embedded-input hash
+        (the whole chunk's and its windows'): what a ContextPack locates a chunk's best lines with."""
+        if self.vec_dims() is None or not chunk_ids:
+            return {}
+        rows = list(
+            _rows_in(self.conn, "SELECT chunk_id, hash, embedding FROM vectors WHERE chunk_id IN ({marks})", chunk_ids)
+        )
+        if not rows:
+            return {}
+        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1)
+        q = np.asarray(query, dtype=np.float32)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        sims = matrix @ q / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+        out: dict[int, dict[str, float]] = {}
+        for (cid, digest, _), sim in zip(rows, sims, strict=True):
+            out.setdefault(int(cid), {})[str(digest)] = float(sim)
+        return out
+
     def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors for embedding-input hashes (reuse without the cache, e.g. after a rename)."""
         if self.vec_dims() is None or not hashes:

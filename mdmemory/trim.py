@@ -1,0 +1,155 @@
+"""Line-level trimming for ContextPack: which lines of a candidate chunk carry the match. Pure.
+
+A line's score is ``vector weight x`` the similarity of the best stored window vector covering it (the
+windows the indexer embedded, ~``chunking.windowTokens`` of whole lines) ``+ keyword weight x`` the
+IDF-weighted share of the query's terms it holds (IDF over the candidates' lines, terms matched as keyword
+search matches them). The focus is the run of ``span`` content lines whose scores add up best (in a chat log
+a question and its answer, in notes a fact and its neighbour), then ``context`` content lines before and
+after it, and the section's heading line when only blank lines separate it from them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mdmemory.search import _fold, _same_stem
+from mdmemory.tokens import CJK_RUN
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stored window vector of a chunk: its first and last file line (1-based) and its query similarity."""
+
+    first: int
+    last: int
+    similarity: float
+
+
+# -- lines -------------------------------------------------------------------------------------------
+class FileLines:
+    """One file's lines with its heading lines indexed (fenced code blocks skipped)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.headings: list[int] = []  # 1-based line numbers, ascending
+        fence: str | None = None
+        for n, line in enumerate(lines, start=1):
+            m = _FENCE.match(line)
+            if m:
+                fence = None if fence and m[1][0] == fence[0] and len(m[1]) >= len(fence) else fence or m[1]
+            elif fence is None and _HEADING.match(line):
+                self.headings.append(n)
+        self._heading_set = set(self.headings)
+
+    def is_heading(self, n: int) -> bool:
+        return n in self._heading_set
+
+    def is_content(self, n: int) -> bool:
+        return 1 <= n <= len(self.lines) and bool(self.lines[n - 1].strip()) and n not in self._heading_set
+
+    def heading_above(self, n: int) -> int | None:
+        """The nearest heading line before line ``n``."""
+        i = bisect.bisect_left(self.headings, n) - 1
+        return self.headings[i] if i >= 0 else None
+
+    def text(self, start: int, end: int) -> str:
+        return "\n".join(self.lines[start - 1 : end])
+
+
+class TermMatcher:
+    """Which query terms a line holds: words by a shared stem-like prefix of up to five letters, as keyword
+    search attributes matches (``search._same_stem``), CJK terms as substrings; case and accents folded as
+    FTS5 folds them. One regular expression finds the candidate words of a line; each distinct word found
+    is attributed to its terms once."""
+
+    def __init__(self, terms: Sequence[str]) -> None:
+        folded = [(term, _fold(term)) for term in terms]
+        self.cjk = [(term, t) for term, t in folded if CJK_RUN.fullmatch(t)]
+        self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and _WORD.fullmatch(t)]
+        alternatives = sorted({a for _, t in self.words for a in _alternatives(t)}, key=len, reverse=True)
+        self.pattern = re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)") if alternatives else None
+        self._memo: dict[str, tuple[str, ...]] = {}
+
+    def held(self, line: str) -> set[str]:
+        folded = _fold(line)
+        found = {term for term, t in self.cjk if t in folded}
+        if self.pattern is not None:
+            plain = folded if folded.isascii() else CJK_RUN.sub(" ", folded)
+            for word in self.pattern.findall(plain):
+                terms = self._memo.get(word)
+                if terms is None:
+                    terms = self._memo[word] = tuple(term for term, t in self.words if _same_stem(word, t))
+                found.update(terms)
+        return found
+
+
+def line_terms(line: str, terms: Sequence[str]) -> set[str]:
+    """The query terms ``line`` holds (see TermMatcher)."""
+    return TermMatcher(terms).held(line)
+
+
+def _alternatives(t: str) -> list[str]:
+    """Regex alternatives for the words that may share a stem with term ``t`` (``search._same_stem``)."""
+    if len(t) < 3:
+        return [re.escape(t)]
+    return [re.escape(t[:5]) + r"\w*", re.escape(t[:3])] + ([re.escape(t[:4])] if len(t) >= 4 else [])
+
+
+def term_weights(line_sets: Sequence[set[str]]) -> dict[str, float]:
+    """IDF of each term over the candidates' lines: rare terms locate the evidence, common ones do not."""
+    n = max(1, len(line_sets))
+    df: dict[str, int] = {}
+    for held in line_sets:
+        for t in held:
+            df[t] = df.get(t, 0) + 1
+    return {t: math.log(1 + n / d) for t, d in df.items()}
+
+
+def focus_range(
+    f: FileLines,
+    start: int,
+    end: int,
+    keyword: Mapping[int, float],
+    windows: Sequence[Window],
+    weights: tuple[float, float],
+    span: int = 1,
+    context: tuple[int, int] = (1, 1),
+) -> tuple[int, int]:
+    """The lines of chunk ``start..end`` worth keeping: the run of ``span`` content lines whose scores add up
+    best, ``context`` content lines before and after it, and the section's heading line when only blank
+    lines separate it from them."""
+    content = [n for n in range(start, end + 1) if f.is_content(n)]
+    if not content:
+        return start, end
+    lo, hi = content[0], content[-1]
+    if len(content) > span + sum(context):
+        wv, wt = weights
+        scores = []
+        for n in content:
+            vec = max((w.similarity for w in windows if w.first <= n <= w.last), default=0.0)
+            scores.append(wv * vec + wt * keyword.get(n, 0.0))
+        sums = [sum(scores[i : i + span]) for i in range(len(content) - span + 1)]
+        best = max(range(len(sums)), key=lambda i: (sums[i], -i))
+        if max(scores) > min(scores):  # else no line-level signal: the chunk stays whole
+            lo, hi = content[best], content[best + span - 1]
+            for step, want in ((-1, context[0]), (1, context[1])):
+                n, taken = (lo if step < 0 else hi) + step, 0
+                while taken < want and 1 <= n <= len(f.lines) and not f.is_heading(n):
+                    if f.is_content(n):
+                        taken += 1
+                        lo, hi = min(lo, n), max(hi, n)
+                    n += step
+    above = lo - 1
+    while above >= 1 and not f.lines[above - 1].strip():
+        above -= 1
+    if above >= 1 and f.is_heading(above):
+        lo = above
+    return lo, hi
