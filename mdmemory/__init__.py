@@ -1,11 +1,24 @@
 """mdmemory: durable Markdown memory for AI agents.
 
-``from mdmemory import Memory``; see the README for the tool contract.
+``from mdmemory import Memory``; see the README for the tool contract. ``Memory`` is imported on first use
+(PEP 562), so a command that only reads a file does not pay for the index, the models and numpy.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from mdmemory.errors import ConfigError, MdMemoryError, ProviderError, StoreError, WorkspaceError
-from mdmemory.memory import Memory
+
+if TYPE_CHECKING:
+    from mdmemory.memory import Memory
 
 __version__ = "0.1.0"
 
 __all__ = ["ConfigError", "MdMemoryError", "Memory", "ProviderError", "StoreError", "WorkspaceError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Memory":
+        from mdmemory.memory import Memory
+
+        return Memory
+    raise AttributeError(f"module 'mdmemory' has no attribute {name!r}")

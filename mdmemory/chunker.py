@@ -21,14 +21,17 @@ text of a normal chunk is exactly ``"\\n".join(lines[start_line - 1 : end_line])
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from bisect import bisect_right
 from dataclasses import dataclass
-
-from markdown_it import MarkdownIt
-from markdown_it.token import Token
+from typing import TYPE_CHECKING
 
 from mdmemory.tokens import TokenCounter, estimate_tokens
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
+    from markdown_it.token import Token
 
 __all__ = ["Chunk", "chunk_markdown"]
 
@@ -52,8 +55,15 @@ _HARD_TYPES = frozenset({"fence", "code_block", "table_open"})
 _CUT_AFTER = " \t\u3002\uff01\uff1f\uff1b\uff0c\u3001,;"  # where a long line is best cut (after the char)
 
 # Block structure only: inline parsing is most of markdown-it's cost and only headings need it.
-_BLOCKS = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"])
-_INLINE = MarkdownIt("commonmark")
+
+
+@functools.cache
+def _parsers() -> tuple[MarkdownIt, MarkdownIt]:
+    """The block parser (tables on, inline rules off) and the inline parser, made on first use: importing
+    markdown-it costs more than a command that chunks nothing (``get``, a search with nothing to index)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"]), MarkdownIt("commonmark")
 
 
 @dataclass
@@ -139,7 +149,7 @@ def _analyse(lines: list[str], count: TokenCounter) -> _Doc:
     heading_starts: list[int] = []
     heading_paths: list[str] = []
     stack: list[tuple[int, str]] = []
-    tokens = _BLOCKS.parse(source)
+    tokens = _parsers()[0].parse(source)
     for i, tok in enumerate(tokens):
         if tok.map is None:
             continue
@@ -186,7 +196,7 @@ def _front_matter_end(lines: list[str]) -> int:
 def _heading_text(inline: Token) -> str:
     """Plain text of a heading's inline content: markup dropped, line breaks and runs of spaces folded."""
     parts: list[str] = []
-    for tok in _INLINE.parseInline(inline.content)[0].children or []:
+    for tok in _parsers()[1].parseInline(inline.content)[0].children or []:
         if tok.type in ("text", "code_inline", "image"):
             parts.append(tok.content)
         elif tok.type in ("softbreak", "hardbreak"):

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.agent.context import KINDS, session_context
-from mdmemory.agent.flush import check_flush, record_compaction, record_flush, reset_session
-from mdmemory.agent.remember import remember
+from mdmemory import agent  # its functions load on first use: each command imports only its own module
+from mdmemory.agent.context import KINDS
 from mdmemory.agent.schemas import FORMATS, tool_definitions
 from mdmemory.packer import SOURCE_KINDS, check_pack_arguments
 
@@ -133,7 +132,7 @@ def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
 
 def cmd_flush_check(args: argparse.Namespace, mem: Memory) -> Result:
     writable = False if args.read_only else None
-    decision = check_flush(
+    decision = agent.check_flush(
         mem.agent, args.session_key, args.total_tokens, args.context_window, writable=writable, today=args.today
     )
     result = {"sessionKey": args.session_key, "totalTokens": args.total_tokens, **decision.to_dict()}
@@ -148,15 +147,15 @@ def _format_check(r: dict[str, Any]) -> str:
 
 
 def cmd_flush_done(args: argparse.Namespace, mem: Memory) -> Result:
-    return record_flush(mem.agent, args.session_key), _format_entry
+    return agent.record_flush(mem.agent, args.session_key), _format_entry
 
 
 def cmd_flush_compacted(args: argparse.Namespace, mem: Memory) -> Result:
-    return record_compaction(mem.agent, args.session_key), _format_entry
+    return agent.record_compaction(mem.agent, args.session_key), _format_entry
 
 
 def cmd_flush_reset(args: argparse.Namespace, mem: Memory) -> Result:
-    result = reset_session(mem.agent, args.session_key)
+    result = agent.reset_session(mem.agent, args.session_key)
     return result, lambda r: f"{r['sessionKey']}: cleared {', '.join(r['cleared']) or 'nothing (no records)'}"
 
 
@@ -169,10 +168,10 @@ def _format_entry(r: dict[str, Any]) -> str:
 
 
 def cmd_context(args: argparse.Namespace, mem: Memory) -> Result:
-    result = session_context(mem.agent, args.kind, args.today, max_chars=args.max_chars)
+    result = agent.session_context(mem.agent, args.kind, args.today, max_chars=args.max_chars)
     return result, lambda r: r["text"] or f"(no memory files for a {r['kind']} session on {r['today']})"
 
 
 def cmd_remember(args: argparse.Namespace, mem: Memory) -> Result:
-    result = remember(mem.agent, " ".join(args.text), long_term=args.long_term)
+    result = agent.remember(mem.agent, " ".join(args.text), long_term=args.long_term)
     return result, lambda r: f"{r['path']}: {r['line']}"

@@ -11,9 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Sequence
-from typing import Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol
 
 from mdmemory.chunker import Chunk
 from mdmemory.config import MemorySearchConfig
@@ -21,6 +19,9 @@ from mdmemory.errors import ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, ChunkVectors, Store
 from mdmemory.tokens import TokenCounter, estimate_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
 
 EMBED_BATCH_INPUTS = 256  # inputs embedded and written per phase-2 transaction (at least one chunk each)
 PENDING_PAGE = 256  # pending chunks read per query
@@ -126,6 +127,8 @@ class ChunkEmbedder:
 
         Never calls the provider. Call ``remember`` with the new chunk ids once the rows are written.
         """
+        import numpy as np  # here: a sync with nothing to embed never imports numpy
+
         keyed = [self.inputs(r) for r in rows]
         known = self._lookup([h for group in keyed for h, _ in group])
         out: list[ChunkVectors | None] = []
@@ -208,6 +211,8 @@ class ChunkEmbedder:
             counts.embedded += len(todo)
             if self.settings.cache.enabled:
                 self.store.cache_put(p.id, p.model, p.provider_key, new)
+        import numpy as np
+
         items = []
         for chunk, group in batch:
             keys = [h for h, _ in group]

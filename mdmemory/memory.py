@@ -9,32 +9,34 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import date
-from typing import Any, Concatenate, ParamSpec, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from mdmemory import agent as integration
-from mdmemory import catchup, roots
-from mdmemory.agent import FlushDecision, SessionKind, clock
+from mdmemory import roots
+from mdmemory.agent import clock
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
-from mdmemory.indexer import Indexer, Progress, SyncReport
-from mdmemory.packer import check_pack_arguments, run_pack
 from mdmemory.providers import deadline
-from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.search import SearchOutcome
-from mdmemory.search import search as run_search
 from mdmemory.selection import ProviderSelection
-from mdmemory.status import build_status
 from mdmemory.store import Store
 from mdmemory.store.connection import DatabaseError
 from mdmemory.store.faults import store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
-from mdmemory.store.repair import repair_corrupt
 from mdmemory.tools import citations_on, get_file, search_response
 from mdmemory.workspace import Workspace
+
+# Imported where they are used, so that a command pays only for what it runs (``mdmemory get`` opens no
+# index; a keyword-only search needs neither numpy nor the Markdown parser): mdmemory.catchup,
+# mdmemory.indexer, mdmemory.packer, mdmemory.search, mdmemory.status, mdmemory.store.repair.
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mdmemory.agent import FlushDecision, SessionKind
+    from mdmemory.indexer import Indexer, Progress, SyncReport
+    from mdmemory.providers.base import EmbeddingProvider
+    from mdmemory.providers.factory import ProviderChoice
+    from mdmemory.search import SearchOutcome
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -197,6 +199,8 @@ class Memory(ProviderSelection):
     def _move_corrupt_aside(self, exc: StoreError, wait: float) -> dict[str, Any]:
         seen = live_inode(self.agent.store_path)  # the file just found corrupt (unless another process moved it)
         self.release_store()
+        from mdmemory.store.repair import repair_corrupt
+
         return repair_corrupt(self.agent.store_path, str(exc), seen, wait=wait)
 
     @property
@@ -234,6 +238,8 @@ class Memory(ProviderSelection):
     @property
     def indexer(self) -> Indexer:
         if self._indexer is None:
+            from mdmemory.indexer import Indexer
+
             self._indexer = Indexer(self.store, self.workspace, self.settings, self.choice.provider)
         self._indexer.should_stop = self.should_stop
         return self._indexer
@@ -272,6 +278,8 @@ class Memory(ProviderSelection):
         ``warnings`` says when the configured provider was unavailable and the index kept keywords only.
         """
         if not self.settings.enabled:
+            from mdmemory.indexer import SyncReport
+
             return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
         report = self._sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
         if self.last_repair is not None:
@@ -319,6 +327,9 @@ class Memory(ProviderSelection):
     ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
         """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
         the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
+        from mdmemory import catchup
+        from mdmemory.search import search as run_search
+
         q = self.settings.query
         notes: list[str] = []
         self.store.refresh()
@@ -376,6 +387,8 @@ class Memory(ProviderSelection):
         date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``). See mdmemory.pack.
         """
+        from mdmemory.packer import check_pack_arguments, run_pack
+
         if not self.settings.enabled:
             check_pack_arguments(query, budget_tokens, max_items, sources)
             empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
@@ -456,10 +469,14 @@ class Memory(ProviderSelection):
     def status(self) -> dict[str, Any]:
         """Index state computed from the files on disk, the database and the health and watcher files, not
         from cached flags; a broken index is reported in ``storeState`` rather than raised."""
+        from mdmemory.status import build_status
+
         return build_status(self)
 
     def _sync_before_search(self) -> tuple[bool, list[str]]:
         """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
+        from mdmemory import catchup
+
         return catchup.before_search(self)
 
 

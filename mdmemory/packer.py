@@ -20,10 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from mdmemory.agent.schemas import PACK_INPUT, validate_arguments
-from mdmemory.embedding import embedding_windows, sha256
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
 from mdmemory.providers.base import EmbeddingProvider
@@ -33,6 +30,8 @@ from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import Workspace, read_text
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from mdmemory.memory import Memory
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
@@ -162,6 +161,8 @@ def _spans(chunk: ChunkRow, window_tokens: int, count: TokenCounter) -> list[tup
         if hit is not None:
             _SPANS.move_to_end(key)
             return hit
+    from mdmemory.embedding import embedding_windows, sha256  # the vector path only: it imports the chunker
+
     spans = [(sha256(text), first, last) for text, first, last in embedding_windows(chunk, window_tokens, count)]
     with _SPANS_LOCK:
         _SPANS[key] = spans

@@ -46,12 +46,14 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from mdmemory.config import HybridConfig
 from mdmemory.store import ChunkRow, Store
 from mdmemory.tokens import CJK_RUN
+
+if TYPE_CHECKING:
+    import numpy as np
 
 # Function words dropped from the keyword query when it has other terms: they match nearly every chunk,
 # carry almost no BM25 weight, and make FTS5 score every row. Exact-hit detection still uses all terms.

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdmemory.config import AgentConfig, MemorySearchConfig
 from mdmemory.errors import ProviderError, StoreError
-from mdmemory.indexer import Indexer
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.store import Store
 from mdmemory.store.connection import DatabaseError
+
+if TYPE_CHECKING:
+    from mdmemory.indexer import Indexer
 
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again

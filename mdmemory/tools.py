@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdmemory.config import CitationsMode, MemorySearchConfig
 from mdmemory.errors import SpecialFileError, WorkspaceError
-from mdmemory.pack import cite
-from mdmemory.search import SNIPPET_CHARS, SearchOutcome, make_snippet
 from mdmemory.workspace import Workspace, read_capped
+
+if TYPE_CHECKING:
+    from mdmemory.search import SearchOutcome
 
 RESULT_KEYS = ("path", "startLine", "endLine", "score", "snippet", "source")
 CITED_RESULT_KEYS = (*RESULT_KEYS, "citation")
@@ -32,6 +33,9 @@ def search_response(
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
     which the caller reports as warnings).
     """
+    from mdmemory.pack import cite  # here, not at the top: memory_get needs neither the search nor the pack
+    from mdmemory.search import SNIPPET_CHARS, make_snippet
+
     results = []
     for h in outcome.hits:
         c = h.chunk

@@ -2,20 +2,41 @@
 pre-compaction memory flush, session-start context and ``remember``.
 
 Each module takes the agent's ``AgentConfig`` (or a ``Memory`` for the search tools) so ``Memory`` can
-delegate to them in one line. Nothing here imports an embedding backend.
+delegate to them in one line. Nothing here imports an embedding backend. The names below are imported
+on first use (PEP 562): a command needs one of these modules, not all of them.
 """
 
-from mdmemory.agent.context import SessionKind, session_context
-from mdmemory.agent.flush import (
-    FlushDecision,
-    SessionStore,
-    check_flush,
-    record_compaction,
-    record_flush,
-    reset_session,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# Imported now, unlike the others: the submodule shares the function's name, and importing it (as any
+# caller may) would otherwise leave the module, not the function, as ``mdmemory.agent.remember``.
 from mdmemory.agent.remember import remember
-from mdmemory.agent.schemas import call_tool, tool_definitions
+
+if TYPE_CHECKING:
+    from mdmemory.agent.context import SessionKind, session_context
+    from mdmemory.agent.flush import (
+        FlushDecision,
+        SessionStore,
+        check_flush,
+        record_compaction,
+        record_flush,
+        reset_session,
+    )
+    from mdmemory.agent.schemas import call_tool, tool_definitions
+
+_HOMES = {
+    "SessionKind": "context",
+    "session_context": "context",
+    "FlushDecision": "flush",
+    "SessionStore": "flush",
+    "check_flush": "flush",
+    "record_compaction": "flush",
+    "record_flush": "flush",
+    "reset_session": "flush",
+    "call_tool": "schemas",
+    "tool_definitions": "schemas",
+}
 
 __all__ = [
     "FlushDecision",
@@ -30,3 +51,10 @@ __all__ = [
     "session_context",
     "tool_definitions",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mdmemory.agent' has no attribute {name!r}")
+    return getattr(import_module(f"mdmemory.agent.{home}"), name)

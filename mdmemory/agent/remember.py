@@ -23,8 +23,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from mdmemory.agent import clock
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
@@ -94,6 +92,8 @@ def append_line(
     gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a path that is not a regular
     file with one link, and a line that would make the file larger than ``max_file_bytes``.
     """
+    from filelock import FileLock, Timeout  # here: importing filelock costs more than most commands
+
     folder = path.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)

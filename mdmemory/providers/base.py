@@ -23,13 +23,15 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.providers import deadline
 from mdmemory.providers.breaker import CircuitBreaker
 from mdmemory.tokens import estimate_tokens, truncate_to_tokens
+
+if TYPE_CHECKING:
+    import numpy as np  # imported by the methods that make vectors: a keyword-only process never needs it
 
 MIN_ATTEMPT_SECONDS = 0.05
 """No attempt is started with less time than this left before the deadline."""
@@ -174,6 +176,8 @@ class EmbeddingProvider(ABC):
         return box[0]
 
     def _embed_all(self, texts: list[str]) -> np.ndarray:
+        import numpy as np
+
         if not texts:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
         prepared = [self.truncate(t) for t in texts]
@@ -247,6 +251,8 @@ class EmbeddingProvider(ABC):
                 self.sleep(wait)
 
     def _validate(self, batch: list[str], vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+        import numpy as np
+
         try:
             arr = np.asarray(vectors, dtype=np.float32)
         except (TypeError, ValueError) as exc:

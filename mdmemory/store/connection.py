@@ -8,13 +8,14 @@ recent SQLite that loads extensions and ships FTS5 with the trigram tokenizer.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
 
 import sqlean
-import sqlite_vec
 
 from mdmemory.errors import StoreError
 from mdmemory.store.faults import fault_kind, store_fault
@@ -52,6 +53,16 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlean.Connection:
         raise store_fault(exc, path) from exc
 
 
+@functools.cache
+def vec_extension_path() -> str:
+    """sqlite-vec's loadable extension (``sqlite_vec.loadable_path()``), found without importing the
+    ``sqlite_vec`` package: its ``__init__`` imports numpy, which a keyword-only command never needs."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or spec.origin is None:
+        raise StoreError("sqlite-vec is not installed: pip install sqlite-vec (a dependency of mdmemory)")
+    return os.path.normpath(os.path.join(os.path.dirname(spec.origin), "vec0"))
+
+
 def _open(target: str, *, uri: bool) -> sqlean.Connection:
     return sqlean.connect(
         target, uri=uri, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
@@ -62,7 +73,7 @@ def _configure(conn: sqlean.Connection, path: Path, *, readonly: bool) -> sqlean
     try:
         try:
             conn.enable_load_extension(True)
-            sqlite_vec.load(conn)
+            conn.load_extension(vec_extension_path())
             conn.enable_load_extension(False)
         except (AttributeError, sqlean.Error) as exc:
             raise StoreError(

@@ -10,16 +10,18 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import sqlean
 
 from mdmemory.errors import StoreError
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
 from mdmemory.store.schema import SCHEMA_VERSION, migrate
-from mdmemory.store.vectors import decode_vector, encode_vector
+from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_vector
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
@@ -46,7 +48,7 @@ class FileRow:
     indexed_at: float = 0.0
 
 
-ChunkVectors = tuple[Sequence[str], np.ndarray]
+ChunkVectors = tuple[Sequence[str], "np.ndarray"]
 """One chunk's vectors: the hashes of the embedded inputs and a (n, dims) array, row per input."""
 
 
@@ -317,6 +319,8 @@ class Store:
         rows = [(cid, h, v) for cid, cv in zip(chunk_ids, vectors, strict=True) for h, v in zip(*cv, strict=True)]
         if not rows:
             return
+        import numpy as np
+
         matrix = np.stack([v for _, _, v in rows]).astype(np.float32)
         self._ensure_vec_table(int(matrix.shape[1]))
         blobs = [encode_vector(v) for v in matrix]
@@ -390,6 +394,8 @@ class Store:
         """
         if self.vec_dims() is None or k <= 0:
             return []
+        import numpy as np
+
         query = np.asarray(query, dtype=np.float32)
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
@@ -438,10 +444,7 @@ class Store:
             blobs.append(blob)
         if not owners:
             return []
-        matrix = np.frombuffer(b"".join(blobs), dtype="<f4").reshape(len(owners), -1)
-        q = np.asarray(query, dtype=np.float32)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        sims = matrix @ q / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+        sims = cosine_similarities(blobs, query)
         return [(cid, float(sim)) for cid, sim in zip(owners, sims, strict=True)]
 
     def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
@@ -454,10 +457,7 @@ class Store:
         )
         if not rows:
             return {}
-        matrix = np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1)
-        q = np.asarray(query, dtype=np.float32)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        sims = matrix @ q / np.maximum(np.linalg.norm(matrix, axis=1), 1e-12)
+        sims = cosine_similarities([r[2] for r in rows], query)
         out: dict[int, dict[str, float]] = {}
         for (cid, digest, _), sim in zip(rows, sims, strict=True):
             out.setdefault(int(cid), {})[str(digest)] = float(sim)

@@ -1,0 +1,96 @@
+"""Cold start: each CLI command imports only what it runs.
+
+A runtime that shells out per tool call pays every import on every call, so `get`, `status`, `context`,
+`remember`, `flush` and a keyword-only `search` or `pack` with nothing to index must not import numpy,
+markdown-it, watchdog, tqdm, llama_cpp or openai. Each command runs in a fresh interpreter (a real
+subprocess) on a real workspace and index; the interpreter reports which of those it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("numpy", "markdown_it", "watchdog", "tqdm", "llama_cpp", "openai")
+RUN_AND_REPORT = f"""
+import contextlib, io, json, sys
+from mdmemory import cli
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    try:
+        code = cli.main(sys.argv[1:])
+    except SystemExit as exc:
+        code = exc.code
+heavy = {HEAVY!r}
+print(json.dumps({{"code": code, "loaded": sorted(m for m in sys.modules if m in heavy), "out": out.getvalue()}}))
+"""
+
+
+def _run(config: Path, *args: str) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN_AND_REPORT, "--config", str(config), *args, "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.fixture()
+def keyword_config(tmp_path: Path) -> Path:
+    shutil.copytree(REPO / "workspace-template", tmp_path / "ws")
+    config = {
+        "agents": {
+            "defaults": {
+                "workspace": str(tmp_path / "ws"),
+                "memorySearch": {"provider": "none", "store": {"path": str(tmp_path / "index" / "{agentId}.sqlite")}},
+            }
+        }
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert _run(path, "index")["code"] == 0  # the index exists and is current before the commands run
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("get", "MEMORY.md"),
+        ("status",),
+        ("context",),
+        ("flush", "check", "session-1", "--total-tokens", "1000", "--context-window", "200000"),
+        ("search", "backup"),
+        ("pack", "backup"),
+        ("tools", "--format", "openai"),
+        ("remember", "the cold start test ran"),
+    ],
+    ids=lambda a: a[0] if isinstance(a, tuple) else str(a),
+)
+def test_a_command_imports_only_what_it_runs(keyword_config: Path, args: tuple[str, ...]) -> None:
+    report = _run(keyword_config, *args)
+    assert report["code"] == 0
+    assert report["loaded"] == [], f"`mdmemory {args[0]}` imported {report['loaded']}"
+
+
+def test_search_after_an_edit_imports_the_chunker_it_needs(keyword_config: Path) -> None:
+    """The other side: a search that has a changed file to index does load markdown-it (and finds it)."""
+    workspace = json.loads(keyword_config.read_text())["agents"]["defaults"]["workspace"]
+    with open(Path(workspace) / "MEMORY.md", "a", encoding="utf-8") as f:
+        f.write("\n- The zanzibar cluster moved to the new rack.\n")
+    report = _run(keyword_config, "search", "zanzibar")
+    assert report["code"] == 0
+    assert report["loaded"] == ["markdown_it"]
+    found = json.loads(str(report["out"]))["results"]
+    assert [r["path"] for r in found] == ["MEMORY.md"] and "zanzibar" in found[0]["snippet"]
