@@ -60,7 +60,7 @@ class PackItem:
     text: str
     score: float
     source: str
-    kind: str  # "curated", "daily" or "extra"
+    kind: str  # "curated", "daily", "extra" or "session"
     date: str | None = None
     heading: str | None = None  # the section's heading line when it is outside start_line..end_line
     heading_line: int | None = None
@@ -154,9 +154,12 @@ def cite(path: str, start: int, end: int) -> str:
 
 
 def kind_of(path: str, source: str) -> str:
-    """``extra`` for extraPaths, ``daily`` for a dated log, ``curated`` for MEMORY.md and other memory notes."""
+    """``extra`` for extraPaths, ``session`` for sessions/ (retained turns, transcripts), ``daily`` for a dated
+    log, ``curated`` for MEMORY.md and other memory notes."""
     if source == "extra":
         return "extra"
+    if source == "sessions":
+        return "session"
     if path not in ROOT_FILES and log_date(path) is not None:
         return "daily"
     return "curated"
