@@ -7,7 +7,8 @@ Kinds (lowercase, stable; callers may rely on them):
 
 ==================  ==========================================================================================
 ``private_key``     a whole PEM block, ``-----BEGIN ... PRIVATE KEY-----`` through its ``END`` line (or the
-                    base64 lines after an unterminated ``BEGIN``)
+                    base64 lines after an unterminated ``BEGIN``), and any run of 3+ 64-character base64
+                    lines (the middle of a key seen without its BEGIN line; certificates look the same)
 ``jwt``             ``eyJ<header>.eyJ<payload>.<signature>``
 ``anthropic_key``   ``sk-ant-...``
 ``openai_key``      ``sk-...``, ``sk-proj-...``, ``sk-svcacct-...``, ``sk-admin-...`` with 20+ key characters
@@ -158,6 +159,36 @@ KINDS: tuple[str, ...] = tuple(dict.fromkeys(rule.kind for rule in _RULES))
 _PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
 
 
+_B64_LINE = re.compile(r"[A-Za-z0-9+/]{64}")
+_B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,64}={0,2}")
+PEM_BODY_LINES = 3
+"""This many 64-character base64 lines in a row are PEM key material even without BEGIN/END lines in view
+(a chunk or a pack range can hold the middle of a key); a public certificate looks the same and goes too."""
+
+
+def _pem_bodies(text: str) -> list[tuple[int, int]]:
+    """Spans of runs of ``PEM_BODY_LINES`` or more 64-character base64 lines, with a shorter last line."""
+    spans: list[tuple[int, int]] = []
+    start = run = pos = 0
+    for line in text.split("\n"):
+        body = line.rstrip("\r").strip()
+        if len(body) == 64 and _B64_LINE.fullmatch(body):
+            if run == 0:
+                start = pos
+            run += 1
+            end = pos + len(line)
+        elif run:
+            if run >= PEM_BODY_LINES:
+                if body and _B64_TAIL.fullmatch(body):
+                    end = pos + len(line)
+                spans.append((start, end))
+            run = 0
+        pos += len(line) + 1
+    if run >= PEM_BODY_LINES:
+        spans.append((start, end))
+    return spans
+
+
 def find_secrets(text: str) -> list[tuple[int, int, str]]:
     """Spans ``(start, end, kind)`` of the secrets in ``text``: sorted by start and non-overlapping. Where two
     rules overlap, the one starting first wins, then the longer, then the more specific kind."""
@@ -171,6 +202,8 @@ def find_secrets(text: str) -> list[tuple[int, int, str]]:
             if start == end or (rule.check is not None and not rule.check(text[start:end])):
                 continue
             found.append((start, -(end - start), _PRIORITY[rule.kind], rule.kind))
+    for start, end in _pem_bodies(text):
+        found.append((start, -(end - start), _PRIORITY["private_key"], "private_key"))
     spans: list[tuple[int, int, str]] = []
     last_end = 0
     for start, neg_len, _, kind in sorted(found):

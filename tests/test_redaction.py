@@ -198,3 +198,13 @@ def test_hostile_input_stays_linear(hostile: str) -> None:
     started = time.perf_counter()
     redact(hostile)
     assert time.perf_counter() - started < 2.0
+
+
+def test_the_middle_of_a_pem_block_alone_is_still_key_material() -> None:
+    body = PEM.split("\n")[1:-1]
+    text = "...continued from the previous chunk:\n" + "\n".join(body[1:]) + "\n-----END"
+    out = redact(text)
+    assert not any(line in out for line in body[1:])
+    assert out == "...continued from the previous chunk:\n[REDACTED:private_key]\n-----END"
+    two = "\n".join(body[:2])  # two lines are not enough to call it a key
+    assert redact(two) == two
