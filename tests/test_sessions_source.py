@@ -71,6 +71,7 @@ def test_session_files_are_searched_packed_and_read(
     only = mem.pack("reindeer", budget_tokens=400, sources=["session"])
     assert only["items"] and {i["kind"] for i in only["items"]} == {"session"}
     assert mem.get("sessions/2026-11-23.md")["text"] == TURN
+    assert mem.status()["sources"] == ["memory", "sessions"]
     assert call_tool(mem, "memory_get", {"path": "sessions/2026-11-23.md", "from": 5, "lines": 1})["text"] == (
         "**user:** Which port does the reindeer tracker listen on?"
     )
