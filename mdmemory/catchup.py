@@ -48,6 +48,10 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
         return True, [f"{identity_change(stored, mem.indexer.identity())}: {start(mem, 'rebuild')}"]
     notes: list[str] = []
     report: dict[str, Any] = {}
+    try:
+        mem.indexer.refresh_transcripts()  # a transcript past its deltas gets its copy now, indexed below
+    except OSError as exc:
+        notes.append(f"OpenClaw transcripts could not be copied; session results may be stale: {exc}")
     changed = mem.indexer.changed_files()
     if changed:
         small = len(changed) <= SMALL_CHANGE_FILES and sum(n for _, _, n in changed) <= SMALL_CHANGE_BYTES

@@ -147,6 +147,16 @@ class CacheConfig:
 
 
 @dataclass(frozen=True)
+class SessionsConfig:
+    """The ``sessions`` source (OpenClaw's key): ``sessions/*.md`` in the workspace, plus OpenClaw transcripts."""
+
+    transcripts_dir: str | None = None  # OpenClaw's state dir: <dir>/agents/<agentId>/sessions/*.jsonl
+
+
+MEMORY_SOURCES = ("memory", "sessions")
+
+
+@dataclass(frozen=True)
 class MemorySearchConfig:
     enabled: bool = True
     provider: ProviderName = "auto"
@@ -162,6 +172,8 @@ class MemorySearchConfig:
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     extra_paths: tuple[str, ...] = ()
     max_file_bytes: int = 5 * 1024 * 1024
+    sources: tuple[str, ...] = ("memory",)  # some of MEMORY_SOURCES (OpenClaw's memorySearch.sources)
+    sessions: SessionsConfig = field(default_factory=SessionsConfig)
 
 
 DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."
@@ -622,6 +634,11 @@ def _agent(
     if any(t not in ("agentId", "home") for t in _TOKEN.findall(ms.store.path)):
         expected = "a path whose only {tokens} are {agentId} and {home}"
         raise ld.bad(store_key, ms.store.path, expected, "fix or remove the unknown {token}")
+    if not ms.sources or any(src not in MEMORY_SOURCES for src in ms.sources):
+        key = _origin(layers, "sources") + ".sources"
+        expected = 'a non-empty list of "memory" and "sessions"'
+        raise ld.bad(key, list(ms.sources), expected, 'use ["memory"] (the default) or ["memory", "sessions"]')
+    transcripts = ms.sessions.transcripts_dir
     store = ms.store.path.replace("{agentId}", str(entry.id)).replace("{home}", str(home))
     cache_dir = ms.local.model_cache_dir
     ms = replace(
@@ -629,6 +646,8 @@ def _agent(
         query=replace(ms.query, hybrid=hybrid),
         extra_paths=tuple(dict.fromkeys(str(_absolute(p, ws, env)) for p in ms.extra_paths)),
         local=replace(ms.local, model_cache_dir=cache_dir and str(_absolute(cache_dir, home, env))),
+        sources=tuple(dict.fromkeys(ms.sources)),
+        sessions=replace(ms.sessions, transcripts_dir=transcripts and str(_absolute(transcripts, home, env))),
     )
     own: dict[str, Any] = {}
     for _, layer in agent_layers:

@@ -11,7 +11,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from mdmemory import roots
+from mdmemory import roots, transcripts
 from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
@@ -179,6 +179,7 @@ class Indexer:
     ) -> SyncReport:
         remove_orphans(self.store.path)
         self.store.refresh()
+        self.refresh_transcripts()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
             roots.guard(self.workspace.missing_roots(), self.store.files(), prune=prune, rebuild=True)
             return self._rebuild(progress, keep_live)
@@ -340,6 +341,13 @@ class Indexer:
         report.chunks += len(rows)
 
     # -- staleness ---------------------------------------------------------------------------------
+    def refresh_transcripts(self) -> list[str]:
+        """Update the Markdown copies of OpenClaw transcripts (memorySearch.sessions.transcriptsDir), see
+        mdmemory.transcripts; the copies written (workspace-relative)."""
+        if self.workspace.transcripts is None:
+            return []
+        return transcripts.refresh(self.workspace.root, self.workspace.transcripts)
+
     def changed_files(self) -> list[tuple[str, str, int]]:
         """Files whose size or mtime differ from the index (cheap: one stat each, no reads).
 

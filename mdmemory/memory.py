@@ -24,6 +24,7 @@ from mdmemory.store.connection import DatabaseError
 from mdmemory.store.faults import store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.tools import citations_on, get_file, search_response
+from mdmemory.transcripts import transcripts_folder
 from mdmemory.workspace import Workspace
 
 # Imported where they are used, so that a command pays only for what it runs (``mdmemory get`` opens no
@@ -77,7 +78,12 @@ class Memory(ProviderSelection):
         self.config = config
         self.settings = agent.memory_search
         self.env = os.environ if env is None else env
-        self.workspace = Workspace(agent.workspace, self.settings.extra_paths)
+        self.workspace = Workspace(
+            agent.workspace,
+            self.settings.extra_paths,
+            sessions="sessions" in self.settings.sources,
+            transcripts=transcripts_folder(self.settings.sessions.transcripts_dir, agent.id),
+        )
         self._choice = choice
         self._choice_at = 0.0
         self.provider_error: ProviderError | None = None  # why the configured provider could not be created
@@ -385,7 +391,8 @@ class Memory(ProviderSelection):
 
         ``{query, budgetTokens, usedTokens, items: [{ref, path, startLine, endLine, text, score, source, kind,
         date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
-        when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``). See mdmemory.pack.
+        when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``, ``session``).
+        See mdmemory.pack.
         """
         from mdmemory.packer import check_pack_arguments, run_pack
 

@@ -9,7 +9,8 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
   content lines whose scores add up best (a line's score fuses the similarity of the best stored window
   vector covering it with the IDF-weighted share of the query's terms it holds), plus ``CONTEXT_LINES`` (1)
   content line on each side. A chunk with no line-level signal, or too few lines to trim, stays whole.
-  The text of an item is exactly lines ``startLine..endLine`` of the file. When the section's heading
+  The text of an item is exactly lines ``startLine..endLine`` of the file, except that secrets are
+  replaced by ``[REDACTED:<kind>]`` (mdmemory.redaction; the files and the index keep them). When the section's heading
   line (the nearest Markdown heading above) is outside the range it is kept beside the item (``heading``,
   ``headingLine``) and printed above it in the bundle.
 - **Selection.** Greedy in ranking order under ``budget_tokens``: a candidate whose range overlaps or
@@ -32,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mdmemory.redaction import redact
 from mdmemory.search import Hit, _fold, contains_all_terms, log_date, low_confidence_picks, query_terms
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
@@ -58,7 +60,7 @@ class PackItem:
     text: str
     score: float
     source: str
-    kind: str  # "curated", "daily" or "extra"
+    kind: str  # "curated", "daily", "extra" or "session"
     date: str | None = None
     heading: str | None = None  # the section's heading line when it is outside start_line..end_line
     heading_line: int | None = None
@@ -152,9 +154,12 @@ def cite(path: str, start: int, end: int) -> str:
 
 
 def kind_of(path: str, source: str) -> str:
-    """``extra`` for extraPaths, ``daily`` for a dated log, ``curated`` for MEMORY.md and other memory notes."""
+    """``extra`` for extraPaths, ``session`` for sessions/ (retained turns, transcripts), ``daily`` for a dated
+    log, ``curated`` for MEMORY.md and other memory notes."""
     if source == "extra":
         return "extra"
+    if source == "sessions":
+        return "session"
     if path not in ROOT_FILES and log_date(path) is not None:
         return "daily"
     return "curated"
@@ -405,12 +410,12 @@ def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float, 
         path,
         lo,
         hi,
-        f.text(lo, hi),
+        f.redacted_text(lo, hi),
         float(score),
         source,
         kind_of(path, source),
         when.isoformat() if when else None,
-        f.lines[head - 1] if head is not None else None,
+        redact(f.lines[head - 1]) if head is not None else None,
         head,
         low,
     )

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
 TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
-SOURCE_KINDS = ("curated", "daily", "extra")
+SOURCE_KINDS = ("curated", "daily", "extra", "session")
 
 
 # The memory_pack tool's arguments plus the Python/CLI-only ones, checked by the tool dispatcher's validator.

@@ -1,8 +1,9 @@
 """Secret detection: which names carry credentials and which strings look like one.
 
 One place for the rules shared by the remote provider (header and URL query names, text quoted from a
-server) and the config loader (values echoed in its error messages). Imports nothing of ours, so any
-module can use it without an import cycle.
+server) and the config loader (values echoed in its error messages). Besides its own broad patterns (any
+``sk-`` word, any ``Bearer`` value), it also treats what ``mdmemory.redaction`` detects as secret. Imports only
+that module, so any module can use it without an import cycle.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Collection
 from typing import Any
+
+from mdmemory.redaction import find_secrets, redact
 
 _SECRET_NAME = re.compile(r"auth|key|cookie|token|secret|passw|credential|session", re.IGNORECASE)
 SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -28,11 +31,17 @@ def is_secret_name(name: str) -> bool:
 
 def looks_secret(text: str) -> bool:
     """True when ``text`` holds a bearer token, an ``sk-`` API key or a URL with user:password."""
-    return _URL_USERINFO.search(text) is not None or any(p.search(text) for p in SECRET_PATTERNS)
+    return (
+        _URL_USERINFO.search(text) is not None
+        or any(p.search(text) for p in SECRET_PATTERNS)
+        or bool(find_secrets(text))
+    )
 
 
 def scrub(text: str) -> str:
-    """``text`` with every secret-looking part (see ``looks_secret``) replaced by ``***``."""
+    """``text`` with every secret-looking part (see ``looks_secret``) replaced by ``***`` (or by
+    ``[REDACTED:<kind>]`` where ``mdmemory.redaction`` recognises the kind)."""
+    text = redact(text)
     for pattern in SECRET_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
     return _URL_USERINFO.sub(lambda m: m.group(0).split("//", 1)[0] + "//***@", text)

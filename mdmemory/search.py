@@ -80,7 +80,7 @@ LOW_CONFIDENCE_SHARE = 0.7
 _WORD = re.compile(r"\w+", re.UNICODE)
 _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # A dated daily log: memory/YYYY-MM-DD.md, or memory/YYYY-MM-DD-<slug>.md as session hooks write them.
-_DAILY = re.compile(r"^memory/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
+_DAILY = re.compile(r"^(?:memory|sessions)/(?:[^/]+/)*(\d{4})-(\d{2})-(\d{2})(?:[-_ .][^/]*)?\.md$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
         "agent": mem.agent.id,
         "enabled": mem.settings.enabled,
         "workspace": str(mem.workspace.root),
+        "sources": list(mem.settings.sources),  # memorySearch.sources: "memory", and "sessions" when on
         "store": str(path),
         "storeState": _store_state(path, store, fault, health, last_error),
         "provider": choice.name,

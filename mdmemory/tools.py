@@ -31,9 +31,10 @@ def search_response(
     With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
     ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
-    which the caller reports as warnings).
+    which the caller reports as warnings). Secrets in snippets are ``[REDACTED:<kind>]`` (mdmemory.redaction).
     """
     from mdmemory.pack import cite  # here, not at the top: memory_get needs neither the search nor the pack
+    from mdmemory.redaction import redact
     from mdmemory.search import SNIPPET_CHARS, make_snippet
 
     results = []
@@ -41,7 +42,9 @@ def search_response(
         c = h.chunk
         ref = cite(c.path, c.start_line, c.end_line)
         footer = f"\n\nSource: {ref}" if citations else ""
-        snippet = make_snippet(c.text, outcome.terms, c.heading, limit=max(SNIPPET_CHARS - len(footer), 100))
+        # redacted before it is cut, so a snippet window never holds the unrecognisable half of a secret
+        text, heading = redact(c.text), redact(c.heading) if c.heading else c.heading
+        snippet = make_snippet(text, outcome.terms, heading, limit=max(SNIPPET_CHARS - len(footer), 100))
         result: dict[str, Any] = {
             "path": c.path,
             "startLine": c.start_line,

@@ -11,11 +11,13 @@ after it, and the section's heading line when only blank lines separate it from 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mdmemory.redaction import find_secrets
 from mdmemory.search import _fold, _same_stem
 from mdmemory.tokens import CJK_RUN
 
@@ -48,6 +50,8 @@ class FileLines:
             elif fence is None and _HEADING.match(line):
                 self.headings.append(n)
         self._heading_set = set(self.headings)
+        self._secrets: list[tuple[int, int, str]] | None = None  # found on first redacted_text()
+        self._offsets: list[int] = []
 
     def is_heading(self, n: int) -> bool:
         return n in self._heading_set
@@ -62,6 +66,26 @@ class FileLines:
 
     def text(self, start: int, end: int) -> str:
         return "\n".join(self.lines[start - 1 : end])
+
+    def redacted_text(self, start: int, end: int) -> str:
+        """``text(start, end)`` with secrets replaced by ``[REDACTED:<kind>]`` (mdmemory.redaction). Secrets are
+        found in the whole file, so a range holding only part of one (the middle of a PEM block) loses that
+        part too."""
+        if self._secrets is None:
+            self._secrets = find_secrets("\n".join(self.lines))
+            self._offsets = list(itertools.accumulate((len(line) + 1 for line in self.lines), initial=0))
+        text = self.text(start, end)
+        if not self._secrets:
+            return text
+        a, b = self._offsets[start - 1], self._offsets[start - 1] + len(text)
+        parts, pos = [], a
+        for s, e, kind in self._secrets:
+            if e <= a or s >= b:
+                continue
+            s, e = max(s, a), min(e, b)
+            parts += [text[pos - a : s - a], f"[REDACTED:{kind}]"]
+            pos = e
+        return "".join(parts) + text[pos - a :]
 
 
 class TermMatcher:

@@ -232,6 +232,9 @@ class MemoryWatcher:
         if out[str(root)] is None:
             return out
         out[str(root / MEMORY_DIR)] = _identity(root / MEMORY_DIR, follow=False)
+        for folder, follow in ((self.workspace.sessions_dir, False), (self.workspace.transcripts, True)):
+            if folder is not None:  # memorySearch.sources "sessions"
+                out[str(folder)] = _identity(folder, follow=follow)
         for extra in self.workspace.extra_roots:
             folder = extra if os.path.isdir(extra) or not _is_md_name(extra) else extra.parent
             out[str(folder)] = _identity(folder, follow=True)
@@ -285,6 +288,11 @@ class MemoryWatcher:
             memory_dir = self.workspace.root / MEMORY_DIR
             if memory_dir.is_dir() and not memory_dir.is_symlink():
                 _schedule_if_present(observer, handler, memory_dir, recursive=True)
+            sessions_dir, transcripts = self.workspace.sessions_dir, self.workspace.transcripts
+            if sessions_dir is not None and sessions_dir.is_dir() and not sessions_dir.is_symlink():
+                _schedule_if_present(observer, handler, sessions_dir, recursive=True)
+            if transcripts is not None and transcripts.is_dir():
+                _schedule_if_present(observer, handler, transcripts, recursive=False)
             for extra in self.workspace.extra_roots:
                 if extra.is_dir():
                     _schedule_if_present(observer, handler, extra, recursive=True)
@@ -301,8 +309,13 @@ class MemoryWatcher:
 
     def _event(self, path: Path, is_directory: bool) -> None:
         root = self.workspace.root
+        transcripts = self.workspace.transcripts
+        if transcripts is not None and path.parent == transcripts and path.name.endswith(".jsonl"):
+            self.on_change(None)  # a sync brings the transcript's Markdown copy up to date (mdmemory.transcripts)
+            return
         if is_directory:
-            if path == root or path == root / MEMORY_DIR or path in self.workspace.extra_roots:
+            own = (root, root / MEMORY_DIR, self.workspace.sessions_dir, transcripts)
+            if path in own or path in self.workspace.extra_roots:
                 self._wake.set()  # a watched folder itself changed: the guard re-arms and resyncs
                 self.on_change(None)
             elif self.workspace.is_memory_path(path / "x.md"):

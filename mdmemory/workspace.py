@@ -5,7 +5,8 @@ Memory files are ``MEMORY.md``, ``memory.md``, ``memory/**/*.md`` and the config
 discovering nor while reading. Only regular files with one link are memory: a FIFO, a device, a socket or
 a hard link named ``*.md`` is never opened (discovery reports it as a ``SpecialFile``), and every open goes
 through ``open_regular`` (``lstat`` first, then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on the open fd).
-``missing_roots`` says which of the folders memory comes from are absent right now.
+``missing_roots`` says which of the folders memory comes from are absent right now. With the ``sessions``
+source on, ``sessions/**/*.md`` are memory files too (source ``sessions``), under the same rules.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mdmemory.errors import SpecialFileError, WorkspaceError
 
 ROOT_FILES = ("MEMORY.md", "memory.md")
 MEMORY_DIR = "memory"
+SESSIONS_DIR = "sessions"  # memorySearch.sources "sessions": retained turns and transcript copies
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class MemoryFile:
 
     rel: str
     abs: str  # absolute path as a string (cheap to build for thousands of files)
-    source: str  # "memory" or "extra"
+    source: str  # "memory", "extra" or "sessions"
     size: int = 0  # from the discovery stat
     mtime: float = 0.0
 
@@ -106,9 +108,18 @@ def special_kind(st: os.stat_result) -> str | None:
 class Workspace:
     """The memory files of one agent workspace."""
 
-    def __init__(self, root: Path, extra_paths: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        root: Path,
+        extra_paths: Sequence[str] = (),
+        *,
+        sessions: bool = False,
+        transcripts: Path | None = None,
+    ) -> None:
         self.root = Path(os.path.abspath(os.path.expanduser(root)))
         self._root_prefix = os.path.join(str(self.root), "")
+        self.sessions_dir = self.root / SESSIONS_DIR if sessions else None
+        self.transcripts = transcripts if sessions else None  # OpenClaw's <dir>/agents/<id>/sessions folder
         self.extra_roots: list[Path] = []
         for entry in extra_paths:
             p = Path(os.path.expanduser(entry))
@@ -127,6 +138,8 @@ class Workspace:
         parts = PurePosixPath(rel).parts
         if rel in ROOT_FILES or (len(parts) > 1 and parts[0] == MEMORY_DIR):
             return "memory"
+        if self.sessions_dir is not None and len(parts) > 1 and parts[0] == SESSIONS_DIR:
+            return "sessions"
         return "extra"
 
     # -- discovery ----------------------------------------------------------------------------------
@@ -166,6 +179,9 @@ class Workspace:
         if not self._has_symlink(mem_dir):
             for path in _walk_md(mem_dir):
                 add(path, "memory")
+        if self.sessions_dir is not None and not self._has_symlink(self.sessions_dir):
+            for path in _walk_md(self.sessions_dir):
+                add(path, "sessions")
         for extra in self.extra_roots:
             if self._has_symlink(extra):
                 continue
@@ -214,6 +230,8 @@ class Workspace:
             return True
         if _inside(path, self.root / MEMORY_DIR):
             return True
+        if self.sessions_dir is not None and _inside(path, self.sessions_dir):
+            return True
         return any(path == extra or _inside(path, extra) for extra in self.extra_roots)
 
     # -- safe resolution for memory_get -------------------------------------------------------------
@@ -237,8 +255,9 @@ class Workspace:
         if not _is_md(candidate.name):
             raise WorkspaceError(f"path {path!r} is not a Markdown (.md) memory file")
         if not self.is_memory_path(candidate):
+            sessions = ", sessions/**/*.md" if self.sessions_dir is not None else ""
             raise WorkspaceError(
-                f"path {path!r} is not a memory file: allowed are MEMORY.md, memory.md, memory/**/*.md "
+                f"path {path!r} is not a memory file: allowed are MEMORY.md, memory.md, memory/**/*.md{sessions} "
                 "and the configured extraPaths"
             )
         if self._has_symlink(candidate):

@@ -51,3 +51,10 @@ def test_redact_value_walks_objects_and_lists() -> None:
         "list": [{"Authorization": "<redacted>"}, "<redacted>", "ok"],
         "n": 1,
     }
+
+
+def test_kinds_the_new_detector_knows_are_scrubbed_too() -> None:
+    token = "gh" + "p_" + "aZ7" * 12  # assembled so no token-shaped literal sits in the repository
+    assert looks_secret(f"push failed for {token}")
+    assert scrub(f"push failed for {token}") == "push failed for [REDACTED:github_token]"
+    assert redact_value({"note": f"use {token}"}) == {"note": "<redacted>"}
