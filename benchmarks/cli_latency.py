@@ -101,8 +101,8 @@ def main() -> None:
         commands = {name: [*base, *argv] for name, argv in COMMANDS.items()}
         runs: list[tuple[str, list[str], dict[str, str]]] = [(n, a, env) for n, a in commands.items()]
         if args.model is not None:
-            model_env = {**env, "MDMEMORY_CONFIG": str(write_config(tmp / "model", args.model))}
             shutil.copytree(ROOT / "workspace-template", tmp / "model" / "ws")
+            model_env = {**env, "MDMEMORY_CONFIG": str(write_config(tmp / "model", args.model))}
             subprocess.run([*base, "index", "--json"], env=model_env, check=True, stdout=subprocess.DEVNULL)
             runs.append(("search (local model)", [*base, *COMMANDS["search (keyword)"]], model_env))
         cold_ok = can_drop_caches()
