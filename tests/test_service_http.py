@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from mdmemory.config import load_config
+from mdmemory.memory import Memory
+from mdmemory.service.agents import with_sessions
 from mdmemory.service.canonical import entry_id
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
@@ -76,6 +79,12 @@ def test_retain_recall_duplicate_forget(service: Service, shape: str) -> None:
     assert eid not in day.with_suffix(".md").read_text()
     assert not [m for m in _memories(service, "where does the zebra cluster backup go?") if "zebra" in str(m["text"])]
     assert service.call("POST", "/retain", retain_body("main", entry)).body["status"] == "forgotten"
+    config = load_config(service.config)
+    with Memory(with_sessions(config.agent("main")), config) as mem:  # what another process sees right after
+        assert "zebra-nightly" not in json.dumps(mem.search("zebra cluster backup bucket"))
+        assert "zebra-nightly" not in json.dumps(mem.pack("zebra cluster backup bucket"))
+    leaked = [p for p in service.home.rglob("*") if p.is_file() and OPENAI_KEY.encode() in p.read_bytes()]
+    assert not leaked  # nor in the index, its WAL or any state file
 
 
 def test_recall_respects_the_proxy_limits(service: Service) -> None:
@@ -172,3 +181,45 @@ def test_auto_agents_creates_a_workspace_inside_home(tmp_path: Path) -> None:
         assert svc.call("POST", "/retain", retain_body("..", openai_entry("x", "y"))).status == 400
     finally:
         svc.stop()
+
+
+def _ledger(path: Path, entries: list[dict[str, object]], extra: list[str] = ()) -> Path:  # type: ignore[assignment]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(e, separators=(",", ":")) for e in entries] + list(extra)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _backfill(*args: str, home: Path) -> tuple[int, dict[str, object], str]:
+    env = {"MDMEMORY_HOME": str(home), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mdmemory", "backfill", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}, out.stderr
+
+
+def test_backfill_local_and_over_http_honours_tombstones(service: Service, tmp_path: Path) -> None:
+    ledger_dir = tmp_path / "history" / "main"
+    old = [openai_entry(f"old question {i} about otters", f"old answer {i}", id=f"hist1_old{i}") for i in range(2)]
+    _ledger(ledger_dir / "history.jsonl.1", old)
+    no_id = anthropic_entry("where do the otters sleep?", "In the north pen.")  # an older line without id
+    live = [openai_entry("otter feeding time?", "At 09:00.", id="hist1_live"), no_id]
+    ledger = _ledger(ledger_dir / "history.jsonl", live, extra=['{"version":1,"ts":', "not json"])
+    raw_no_id = ledger.read_text().splitlines()[1].encode()
+    from mdmemory.service.canonical import id_from_json
+
+    code, summary, err = _backfill(str(ledger), "--config", str(service.config), home=service.home)
+    assert code == 0, err
+    assert summary == {"read": 6, "retained": 4, "duplicates": 0, "tombstoned": 0, "skipped": 0, "invalid": [5, 6]}
+    assert "malformed ledger line 5" in err
+    sessions = Path(service.config).parent / "ws" / "sessions"
+    text = "".join(p.read_text() for p in sessions.glob("*.md"))
+    assert id_from_json(raw_no_id) in text and "hist1_old0" in text
+    assert service.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_live"]}).status == 204
+    code, summary, err = _backfill(str(ledger), "--url", service.url, "--token", TOKEN, home=service.home)
+    assert code == 0, err
+    assert (summary["retained"], summary["duplicates"], summary["tombstoned"]) == (0, 3, 1)
+    assert "hist1_live" not in "".join(p.read_text() for p in sessions.glob("*.md"))  # not resurrected
+    assert not [m for m in _memories(service, "otter feeding time?") if "09:00" in str(m["text"])]
+    code, summary, err = _backfill(str(ledger), "--url", service.url, "--token", "wrong", home=service.home)
+    assert code == 1 and "401" in err
