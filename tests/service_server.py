@@ -112,8 +112,15 @@ class Service:
         return Reply(status, parsed, content)
 
 
-def write_config(path: Path, workspaces: dict[str, Path], provider: str = "hash", **service: Any) -> Path:
+def write_config(
+    path: Path,
+    workspaces: dict[str, Path],
+    provider: str = "hash",
+    memory_search: dict[str, Any] | None = None,
+    **service: Any,
+) -> Path:
     agents = [{"id": k, "workspace": str(v)} for k, v in workspaces.items()]
-    cfg = {"agents": {"defaults": {"memorySearch": {"provider": provider}}, "list": agents}, "service": service}
+    ms = {"provider": provider, **(memory_search or {})}
+    cfg = {"agents": {"defaults": {"memorySearch": ms}, "list": agents}, "service": service}
     path.write_text(json.dumps(cfg))
     return path

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -223,3 +225,42 @@ def test_backfill_local_and_over_http_honours_tombstones(service: Service, tmp_p
     assert not [m for m in _memories(service, "otter feeding time?") if "09:00" in str(m["text"])]
     code, summary, err = _backfill(str(ledger), "--url", service.url, "--token", "wrong", home=service.home)
     assert code == 1 and "401" in err
+
+
+def test_sigterm_drains_a_request_in_flight(service: Service) -> None:
+    assert service.proc is not None
+    body = json.dumps(retain_body("main", openai_entry("drain " + "y" * 200_000, "done", id="hist1_drain"))).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+    conn.putrequest("POST", "/retain")
+    conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body[:1000])
+    time.sleep(0.3)  # the request is in flight
+    service.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    conn.send(body[1000:])
+    reply = conn.getresponse()
+    assert reply.status == 202 and json.loads(reply.read())["status"] == "retained"
+    conn.close()
+    assert service.proc.wait(30) == 0
+    assert "hist1_drain" in (Path(service.config).parent / "ws" / "sessions" / "2026-11-23.md").read_text()
+
+
+def test_backfill_after_skips_older_entries(service: Service, tmp_path: Path) -> None:
+    entries = [openai_entry(f"q{i}", f"a{i}", id=f"hist1_t{i}", ts=f"2026-11-2{i}T10:00:00Z") for i in range(3)]
+    ledger = _ledger(tmp_path / "h" / "main" / "history.jsonl", entries)
+    code, summary, err = _backfill(
+        str(ledger),
+        "--after",
+        "2026-11-21T00:00:00Z",
+        "--limit",
+        "5",
+        "--config",
+        str(service.config),
+        home=service.home,
+    )
+    assert code == 0, err
+    assert (summary["read"], summary["skipped"], summary["retained"]) == (3, 1, 2)
+    code, _, err = _backfill(str(ledger), "--after", "last tuesday", home=service.home)
+    assert code == 2 and "--after" in err

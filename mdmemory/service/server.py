@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -100,6 +101,10 @@ def serve(
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, **settings)
     )
+    # uvicorn drains, then raises the signal it caught again under the handler it found: a no-op here,
+    # so that the indexer stops and every index is closed before the process exits (status 0).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     indexer.start()
     try:
         server.run()
