@@ -134,3 +134,19 @@ def test_bad_timezone_and_ts_name_the_field(tmp_path: Path) -> None:
         log.retain(openai_entry("q", "a"), {"timezone": "Mars/Olympus"})
     with pytest.raises(InvalidArgumentError, match="entry.ts"):
         log.retain(openai_entry("q", "a", ts="yesterday"))
+
+
+def test_service_config_keys(tmp_path: Path) -> None:
+    from mdmemory.errors import ConfigError
+
+    cfg = tmp_path / "s.json5"
+    cfg.write_text('{service: {port: 9000, autoAgents: true, token: "abc", maxBodyBytes: 4096}}')
+    s = load_config(cfg).service
+    assert (s.port, s.auto_agents, s.token, s.max_body_bytes, s.host) == (9000, True, "abc", 4096, "127.0.0.1")
+    assert "abc" not in repr(s)
+    cfg.write_text("{service: {port: 70000}}")
+    with pytest.raises(ConfigError, match="service.port"):
+        load_config(cfg)
+    cfg.write_text("{service: {autoAgent: true}}")
+    with pytest.raises(ConfigError, match="autoAgents"):
+        load_config(cfg)
