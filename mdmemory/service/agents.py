@@ -125,7 +125,9 @@ class Agents:
         if shared is None:
             shared = (memory.choice, threading.Lock())
             self._shared[key] = shared
-        return Agent(agent, memory, SessionLog(agent), shared[1])
+        # only a local model must not run in two threads at once; other agents only serialise their own work
+        lock = shared[1] if memory.choice.name == "local" else threading.Lock()
+        return Agent(agent, memory, SessionLog(agent), lock)
 
     def close(self) -> None:
         with self._lock:
