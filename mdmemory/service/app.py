@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mdmemory.errors import InvalidArgumentError, MdMemoryError
+from mdmemory.errors import EmbeddingsPending, InvalidArgumentError, MdMemoryError
 from mdmemory.service import contract
 from mdmemory.service.agents import Agents, UnknownAgent
 from mdmemory.service.recall import recall
@@ -134,7 +134,10 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
         def run() -> int:
             removed, changed = agent.log.forget(ids, body.get("reason"))
             with agent.lock:
-                agent.memory.sync()  # before answering: no search, pack or recall returns them from now on
+                try:
+                    agent.memory.sync()  # before answering: no search, pack or recall returns them from now on
+                except EmbeddingsPending:
+                    pass  # the text index is in sync (the forgotten chunks are gone); only vectors of others wait
             return removed
 
         removed = await run_in_threadpool(run)
