@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 from mdmemory import __version__  # noqa: I001
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
+from mdmemory.cli_service import register as register_service_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_model_convert, needs_memory=False)
 
     register_agent_commands(sub, common)
+    register_service_commands(sub, common)
     return parser
 
 

@@ -215,11 +215,23 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class ServiceConfig:
+    """``service``: the memory-plane HTTP service (``mdmemory serve``, mdmemory.service)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: str | None = field(default=None, repr=False)  # bearer token; MEMORY_API_TOKEN wins
+    auto_agents: bool = False  # an unknown agent_id gets {home}/agents/{id}/ from workspace-template
+    max_body_bytes: int = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Config:
     home: Path
     source: Path | None  # the file read, or None when running on built-in defaults
     agents: tuple[AgentConfig, ...]
     ignored_keys: tuple[str, ...] = ()  # keys owned by the agent runtime, not by mdmemory
+    service: ServiceConfig = field(default_factory=ServiceConfig)
 
     def agent(self, agent_id: str | None = None) -> AgentConfig:
         """The agent ``agent_id``, or the default agent; ConfigError naming the known ids otherwise."""
@@ -299,6 +311,11 @@ AGENT_RANGES: dict[str, _Range] = {
     "compaction.reserveTokensFloor": _Range(0),
     "compaction.memoryFlush.softThresholdTokens": _Range(0),
     "sessionContext.maxChars": _Range(1000),
+}
+# Bounds of the top-level ``service`` keys.
+SERVICE_RANGES: dict[str, _Range] = {
+    "port": _Range(0, 65535),
+    "maxBodyBytes": _Range(1024, 1 << 30),
 }
 # Keys of agents.defaults.compaction that belong to the agent runtime (Clawdbot/OpenClaw): ignored, never typos.
 _RUNTIME_COMPACTION_KEYS = frozenset(
@@ -704,7 +721,10 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     root = _read(ld, source) if source else {}
     if not isinstance(root, dict):
         raise ld.error(None, f"the file must hold an object, got {_kind(root)}. Fix: start it with {{ agents: ... }}.")
-    ld.runtime_keys(root, "", ("agents", "memory"))
+    ld.runtime_keys(root, "", ("agents", "memory", "service"))
+    service = _build(
+        ServiceConfig, ld.section(ServiceConfig, root.get("service", {}), "service", ranges=SERVICE_RANGES)
+    )
     openclaw = _openclaw_memory(ld, root)
     agents = ld.obj(root.get("agents", {}), "agents")
     ld.runtime_keys(agents, "agents", ("defaults", "list"))
@@ -756,4 +776,4 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         stores[agent.store_path] = agent.id
         built.append(agent)
     built[default_at or 0] = replace(built[default_at or 0], default=True)
-    return Config(home=home, source=source, agents=tuple(built), ignored_keys=tuple(ld.ignored))
+    return Config(home=home, source=source, agents=tuple(built), ignored_keys=tuple(ld.ignored), service=service)

@@ -1,0 +1,139 @@
+"""The agents one service process serves: each with its ``Memory`` (kept open) and ``SessionLog``.
+
+Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
+which creates ``{home}/agents/{id}/`` from the workspace template. Agents whose embedding settings are equal
+share one provider (a local model is loaded once per process); since one llama.cpp model must not embed
+from two threads at once, those agents also share one lock around their index work.
+
+The service always searches the retained turns: the ``sessions`` source (``memorySearch.sources``) is
+switched on for every agent it serves (pack items from them have kind ``session``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config
+from mdmemory.errors import MdMemoryError
+from mdmemory.memory import Memory
+from mdmemory.service.contract import check_agent_id
+from mdmemory.service.sessionlog import SessionLog
+from mdmemory.workspace import SESSIONS_DIR
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
+
+
+class UnknownAgent(MdMemoryError):
+    """No such agent is configured (HTTP 404)."""
+
+
+@dataclass
+class Agent:
+    config: AgentConfig
+    memory: Memory
+    log: SessionLog
+    lock: threading.Lock  # shared by the agents that share a provider
+    dirty: bool = field(default=False)
+
+
+def with_sessions(agent: AgentConfig) -> AgentConfig:
+    """``agent`` searching its ``sessions/`` folder too (see the module docstring)."""
+    ms = agent.memory_search
+    if "sessions" in ms.sources:
+        return agent
+    return replace(agent, memory_search=replace(ms, sources=(*ms.sources, "sessions")))
+
+
+def _provider_key(agent: AgentConfig) -> str:
+    ms = agent.memory_search
+    parts = (ms.enabled, ms.provider, ms.model, ms.fallback, asdict(ms.local), asdict(ms.remote))
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+class Agents:
+    """Opened lazily, kept open until ``close``."""
+
+    def __init__(self, config: Config, env: Mapping[str, str] | None = None) -> None:
+        self.config = config
+        self.env = env
+        self._agents: dict[str, Agent] = {}
+        self._shared: dict[str, tuple[Any, threading.Lock]] = {}
+        self._lock = threading.Lock()
+
+    def ids(self) -> list[str]:
+        return [a.id for a in self.config.agents]
+
+    def get(self, agent_id: str) -> Agent:
+        check_agent_id(agent_id)
+        with self._lock:
+            found = self._agents.get(agent_id)
+            if found is None:
+                found = self._agents[agent_id] = self._open(self.config_of(agent_id))
+            return found
+
+    def opened(self) -> list[Agent]:
+        with self._lock:
+            return list(self._agents.values())
+
+    def config_of(self, agent_id: str) -> AgentConfig:
+        for agent in self.config.agents:
+            if agent.id == agent_id:
+                return agent
+        if not self.config.service.auto_agents:
+            raise UnknownAgent(
+                f"unknown agent {agent_id!r}; configured agents: {', '.join(self.ids())}. Fix: add it to "
+                "agents.list, or set service.autoAgents to create agents on first use"
+            )
+        return self._create(agent_id)
+
+    def _create(self, agent_id: str) -> AgentConfig:
+        base = self.config.agent()
+        root = (self.config.home / "agents").resolve()
+        workspace = (root / agent_id).resolve()
+        if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
+            raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
+        if not workspace.exists():
+            root.mkdir(parents=True, exist_ok=True)
+            if TEMPLATE.is_dir():
+                shutil.copytree(TEMPLATE, workspace)
+            else:
+                (workspace / "memory").mkdir(parents=True)
+                (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
+        template = base.memory_search.store.path
+        if "{agentId}" not in template:
+            template = DEFAULT_STORE_PATH
+        store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home)))
+        return replace(base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False)
+
+    def _open(self, agent: AgentConfig) -> Agent:
+        agent = with_sessions(agent)
+        (Path(agent.workspace) / SESSIONS_DIR).mkdir(parents=True, exist_ok=True)
+        key = _provider_key(agent)
+        shared = self._shared.get(key)
+        memory = Memory(agent, self.config, choice=shared[0] if shared else None, env=self.env)
+        if shared is None:
+            shared = (memory.choice, threading.Lock())
+            self._shared[key] = shared
+        # only a local model must not run in two threads at once; other agents only serialise their own work
+        lock = shared[1] if memory.choice.name == "local" else threading.Lock()
+        return Agent(agent, memory, SessionLog(agent), lock)
+
+    def close(self) -> None:
+        with self._lock:
+            agents, self._agents = list(self._agents.values()), {}
+        closed: set[int] = set()
+        for a in agents:
+            choice = a.memory._choice
+            provider = choice.provider if choice is not None else None
+            if provider is not None and id(provider) in closed:
+                a.memory._choice = None  # already closed through the agent that shares it
+            elif provider is not None:
+                closed.add(id(provider))
+            with a.lock:
+                a.memory.close()

@@ -1,0 +1,250 @@
+"""The cllama memory-plane shapes, pure: request bodies in, our values out.
+
+Followed field for field from cllama ``internal/proxy/memory.go`` (``memoryRecallRequest``,
+``memoryRetainRequest``, ``memoryBlock``, the limits ``maxRecallBlocks`` = 8, ``maxRecallTextBytes`` = 8 KiB,
+``maxMemoryBlockBytes`` = 16 KiB, the blocked kinds ``raw_transcript`` / ``session_tail`` /
+``transcript_tail``) and Clawdapus ``examples/reference-memory/main.go`` (``memoryForgetRequest``: ``agent_id,
+pod, metadata, entry_ids, reason``; retain answers 202, forget 204).
+
+What a retained turn keeps: the last user message that has text (OpenAI ``messages[].content`` as a string or
+``[{type: "text", text}]``; Anthropic the same plus ``tool_result`` parts, which are dropped) from
+``request_original`` (``request_effective`` carries the recalled memory the proxy injected), and the assistant's
+final text from ``response.json`` (OpenAI ``choices[0].message``, Anthropic ``content[]``) or ``response.text``
+(an SSE stream of either provider), with its tool calls summarised in one line and tool output dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from mdmemory.errors import InvalidArgumentError
+
+MAX_RECALL_BLOCKS = 8  # memory.go maxRecallBlocks
+MAX_RECALL_TEXT_BYTES = 8 * 1024  # memory.go maxRecallTextBytes
+MAX_RECALL_BODY_BYTES = 16 * 1024  # memory.go maxMemoryBlockBytes (the proxy reads at most this much)
+BLOCKED_KINDS = frozenset({"raw_transcript", "session_tail", "transcript_tail"})  # memoryBlockedKinds
+AGENT_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+ENTRY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+SHORT_QUERY_CHARS = 40  # a latest user message shorter than this takes some of the turn before it
+CONTEXT_CHARS = 200  # ... at most this much of it
+MAX_QUERY_CHARS = 2000
+_MEMORY_BLOCK = re.compile(r"--- BEGIN MEMORY \(from [^)]*\) ---.*?--- END MEMORY ---", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What retain keeps of one proxy turn."""
+
+    user: str
+    assistant: str
+    tools: tuple[str, ...] = ()
+
+
+def bad(field: str, problem: str) -> InvalidArgumentError:
+    return InvalidArgumentError(f"{field}: {problem}")
+
+
+def check_agent_id(value: Any, field: str = "agent_id") -> str:
+    if not isinstance(value, str) or not value:
+        raise bad(field, "required, a string of 1-64 letters, digits, '.', '_' or '-'")
+    if not AGENT_ID.fullmatch(value) or value in (".", ".."):
+        raise bad(field, f"{value[:80]!r} is not a valid agent id (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    return value
+
+
+def check_object(body: Any, name: str = "body") -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise bad(name, "expected a JSON object")
+    return body
+
+
+def check_metadata(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body.get("metadata")
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise bad("metadata", "expected an object or null")
+    tz = meta.get("timezone")
+    if tz is not None and not isinstance(tz, str):
+        raise bad("metadata.timezone", "expected an IANA time zone name such as 'Europe/Lisbon'")
+    return meta
+
+
+def check_entry(body: dict[str, Any]) -> dict[str, Any]:
+    entry = body.get("entry")
+    if not isinstance(entry, dict):
+        raise bad("entry", "required, one session-history entry object")
+    own = entry.get("id")
+    if own not in (None, "") and (not isinstance(own, str) or not ENTRY_ID.fullmatch(own.strip())):
+        raise bad("entry.id", "expected an id such as hist1_<sha256 hex> (1-128 of A-Z a-z 0-9 . _ : -)")
+    if not isinstance(entry.get("ts"), str) or not entry["ts"]:
+        raise bad("entry.ts", "required, an RFC 3339 time")
+    resp = entry.get("response")
+    if resp is not None and not isinstance(resp, dict):
+        raise bad("entry.response", 'expected {format: "json"|"sse", json?, text?}')
+    if isinstance(resp, dict) and resp.get("format") not in (None, "", "json", "sse"):
+        raise bad("entry.response.format", 'expected "json" or "sse"')
+    return entry
+
+
+def check_entry_ids(body: dict[str, Any]) -> list[str]:
+    ids = body.get("entry_ids")
+    if not isinstance(ids, list) or not ids:
+        raise bad("entry_ids", "required, a non-empty list of entry ids")
+    out = []
+    for i, v in enumerate(ids):
+        if not isinstance(v, str) or not ENTRY_ID.fullmatch(v.strip()):
+            raise bad(f"entry_ids[{i}]", "expected an entry id such as hist1_<sha256 hex>")
+        out.append(v.strip())
+    reason = body.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise bad("reason", "expected a string")
+    return out
+
+
+# -- message text --------------------------------------------------------------------------------------
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the ``text`` parts of a list (other parts dropped)."""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and part.get("type") in ("text", "input_text") and "text" in part:
+                if isinstance(part["text"], str):
+                    parts.append(part["text"])
+        return "\n".join(p.strip() for p in parts if p.strip())
+    return ""
+
+
+def _strip_memory(text: str) -> str:
+    return _MEMORY_BLOCK.sub("", text).strip()
+
+
+def message_texts(messages: Any) -> list[tuple[str, str]]:
+    """``(role, text)`` of every message with text, in order; tool messages and tool results dropped."""
+    out: list[tuple[str, str]] = []
+    if not isinstance(messages, list):
+        return out
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
+            continue
+        text = _strip_memory(content_text(m.get("content")))
+        if text:
+            out.append((m["role"], text))
+    return out
+
+
+def recall_query(body: dict[str, Any]) -> str:
+    """The latest user message; when it is short, with a little of the message before it in front."""
+    texts = message_texts(body.get("messages"))
+    last = next((i for i in range(len(texts) - 1, -1, -1) if texts[i][0] == "user"), None)
+    if last is None:
+        return ""
+    query = texts[last][1]
+    if len(query) < SHORT_QUERY_CHARS and last > 0:
+        query = texts[last - 1][1][-CONTEXT_CHARS:] + "\n" + query
+    return query[-MAX_QUERY_CHARS:]
+
+
+def _request(entry: dict[str, Any]) -> dict[str, Any]:
+    for name in ("request_original", "request_effective"):
+        req = entry.get(name)
+        if isinstance(req, dict) and isinstance(req.get("messages"), list):
+            return req
+    return {}
+
+
+def _tool_line(name: Any) -> str:
+    return str(name) if isinstance(name, str) and name else "tool"
+
+
+def _openai_message(msg: dict[str, Any]) -> tuple[str, list[str]]:
+    calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
+    tools = [_tool_line((c.get("function") or {}).get("name")) for c in calls]
+    return content_text(msg.get("content")), tools
+
+
+def _anthropic_content(content: list[Any]) -> tuple[str, list[str]]:
+    text = content_text(content)
+    tools = [_tool_line(p.get("name")) for p in content if isinstance(p, dict) and p.get("type") == "tool_use"]
+    return text, tools
+
+
+def response_json(resp: Any) -> tuple[str, list[str]]:
+    """Final text and tool names of a non-streamed OpenAI or Anthropic response."""
+    if not isinstance(resp, dict):
+        return "", []
+    choices = resp.get("choices")
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        msg = choices[0].get("message")
+        return _openai_message(msg) if isinstance(msg, dict) else ("", [])
+    if isinstance(resp.get("content"), list):
+        return _anthropic_content(resp["content"])
+    return "", []
+
+
+def _sse_events(text: str) -> list[Any]:
+    events = []
+    for line in text.splitlines():
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if not data or data == "[DONE]":
+            continue
+        try:
+            events.append(json.loads(data))
+        except ValueError:
+            continue
+    return events
+
+
+def response_sse(text: str) -> tuple[str, list[str]]:
+    """Final text and tool names of an SSE stream: OpenAI chat chunks or Anthropic message events."""
+    parts: list[str] = []
+    tools: dict[Any, str] = {}
+    for ev in _sse_events(text):
+        if not isinstance(ev, dict):
+            continue
+        if isinstance(ev.get("choices"), list):  # OpenAI chat.completion.chunk
+            for choice in ev["choices"]:
+                delta = choice.get("delta") if isinstance(choice, dict) else None
+                if not isinstance(delta, dict):
+                    continue
+                if isinstance(delta.get("content"), str):
+                    parts.append(delta["content"])
+                for call in delta.get("tool_calls") or []:
+                    if isinstance(call, dict):
+                        key, name = ("o", call.get("index")), (call.get("function") or {}).get("name")
+                        if name or key not in tools:
+                            tools[key] = _tool_line(name)
+        elif ev.get("type") == "content_block_start":  # Anthropic
+            block = ev.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                tools[("a", ev.get("index"))] = _tool_line(block.get("name"))
+            elif block.get("type") == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+        elif ev.get("type") == "content_block_delta":
+            delta = ev.get("delta") or {}
+            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                parts.append(delta["text"])
+    return "".join(parts).strip(), list(tools.values())
+
+
+def turn_of(entry: dict[str, Any]) -> Turn:
+    """The last user message and the assistant's final text of a session-history entry."""
+    texts = message_texts(_request(entry).get("messages"))
+    user = next((t for role, t in reversed(texts) if role == "user"), "")
+    resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
+    if resp.get("format") == "sse" or (not resp.get("format") and isinstance(resp.get("text"), str)):
+        assistant, tools = response_sse(resp.get("text") or "")
+    else:
+        assistant, tools = response_json(resp.get("json"))
+    return Turn(user, assistant, tuple(dict.fromkeys(tools)))

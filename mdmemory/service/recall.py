@@ -1,0 +1,59 @@
+"""``recall``: the proxy's question in, ``{"memories": [{text, score, kind, source, ts}]}`` out.
+
+Built by the ContextPack (``Memory.pack``) within the proxy's limits (cllama ``internal/proxy/memory.go``:
+at most ``maxRecallBlocks`` 8 blocks, ``maxRecallTextBytes`` 8 KiB of text in all, and a response body of at
+most ``maxMemoryBlockBytes`` 16 KiB, beyond which the proxy drops the whole answer). Every text ends with its
+citation (``Source: path#Lx-Ly``) and passes through redaction; no block has a kind the proxy drops.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mdmemory.memory import Memory
+from mdmemory.redaction import redact
+from mdmemory.service.contract import (
+    BLOCKED_KINDS,
+    MAX_RECALL_BLOCKS,
+    MAX_RECALL_BODY_BYTES,
+    MAX_RECALL_TEXT_BYTES,
+    recall_query,
+)
+
+RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citations within 8 KiB
+
+
+def _size(memories: list[dict[str, Any]]) -> int:
+    return len(json.dumps({"memories": memories}, ensure_ascii=False).encode("utf-8"))
+
+
+def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pack's items as proxy memory blocks, within the limits."""
+    out: list[dict[str, Any]] = []
+    text_bytes = 0
+    for item in pack.get("items", []):
+        kind = str(item.get("kind") or "")
+        if kind in BLOCKED_KINDS or len(out) >= MAX_RECALL_BLOCKS:
+            continue
+        text = redact(str(item.get("text", "")).strip()) + f"\nSource: {item.get('ref')}"
+        size = len(text.encode("utf-8"))
+        if text_bytes + size > MAX_RECALL_TEXT_BYTES:
+            continue
+        block = {"text": text, "score": round(float(item.get("score") or 0.0), 4), "kind": kind}
+        block["source"] = str(item.get("source") or "")
+        if item.get("date"):
+            block["ts"] = str(item["date"])
+        if _size([*out, block]) > MAX_RECALL_BODY_BYTES:
+            continue
+        out.append(block)
+        text_bytes += size
+    return out
+
+
+def recall(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:
+    query = recall_query(body)
+    if not query.strip():
+        return {"memories": []}
+    pack = memory.pack(query, budget_tokens=RECALL_BUDGET_TOKENS, max_items=MAX_RECALL_BLOCKS)
+    return {"memories": memories_of(pack)}

@@ -1,0 +1,126 @@
+"""A real ``mdmemory serve`` process on 127.0.0.1 for tests, and a tiny urllib client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    raw: bytes
+
+
+@dataclass
+class Service:
+    config: Path
+    home: Path
+    token: str | None
+    log: Path
+    port: int = 0
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.port = free_port()
+        env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
+        env.pop("MEMORY_API_TOKEN", None)
+        if self.token:
+            env["MEMORY_API_TOKEN"] = self.token
+        out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config), "--port", str(self.port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        out.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if self.call("GET", "/healthz").status == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("serve did not come up")
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        code, self.proc = self.proc.returncode, None
+        return code
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = "default",
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 60.0,
+    ) -> Reply:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        tok = self.token if token == "default" else token
+        if tok:
+            req.add_header("Authorization", f"Bearer {tok}")
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                content = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            content, status = exc.read(), exc.code
+        try:
+            parsed = json.loads(content) if content else None
+        except ValueError:
+            parsed = None
+        return Reply(status, parsed, content)
+
+
+def write_config(
+    path: Path,
+    workspaces: dict[str, Path],
+    provider: str = "hash",
+    memory_search: dict[str, Any] | None = None,
+    **service: Any,
+) -> Path:
+    agents = [{"id": k, "workspace": str(v)} for k, v in workspaces.items()]
+    ms = {"provider": provider, **(memory_search or {})}
+    cfg = {"agents": {"defaults": {"memorySearch": ms}, "list": agents}, "service": service}
+    path.write_text(json.dumps(cfg))
+    return path

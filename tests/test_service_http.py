@@ -1,0 +1,266 @@
+"""A real ``mdmemory serve`` process driven over HTTP with the bodies the proxy sends."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mdmemory.config import load_config
+from mdmemory.memory import Memory
+from mdmemory.service.agents import with_sessions
+from mdmemory.service.canonical import entry_id
+from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
+from tests.service_server import Service, write_config
+
+TOKEN = "test-token-5f1c2d9e8a7b"
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe staging database is Postgres 16 on port 5433.\n")
+    cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"})
+    svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+def _memories(svc: Service, text: str, agent: str = "main") -> list[dict[str, object]]:
+    reply = svc.call("POST", "/recall", recall_body(agent, text))
+    assert reply.status == 200, reply.raw
+    return reply.body["memories"]
+
+
+def test_describe_and_healthz_are_open_everything_else_needs_the_token(service: Service) -> None:
+    d = service.call("GET", "/.claw-describe.json", token=None)
+    assert d.status == 200 and d.body["memory"]["retain"] == {"path": "/retain"}
+    assert d.body["auth"] == {"type": "bearer", "env": "MEMORY_API_TOKEN"} and d.body["version"] == 2
+    assert service.call("GET", "/healthz", token=None).status == 200
+    assert service.call("POST", "/recall", recall_body("main", "x"), token=None).status == 401
+    assert service.call("POST", "/retain", retain_body("main", openai_entry("q", "a")), token="wrong").status == 401
+    assert service.call("GET", "/agents/main/status", token=None).status == 401
+    out = subprocess.run([sys.executable, "-m", "mdmemory", "describe", "--json"], capture_output=True, text=True)
+    assert json.loads(out.stdout) == d.body
+
+
+@pytest.mark.parametrize("shape", ["openai-json", "openai-sse", "anthropic-json", "anthropic-sse"])
+def test_retain_recall_duplicate_forget(service: Service, shape: str) -> None:
+    provider, fmt = shape.split("-")
+    make = openai_entry if provider == "openai" else anthropic_entry
+    entry = make(
+        f"Where does the nightly backup of the zebra cluster go? my key {OPENAI_KEY}",
+        "The zebra cluster backup goes to bucket s3://zebra-nightly at 02:00.",
+        sse=fmt == "sse",
+        tool="read_file",
+    )
+    eid = entry_id(entry)  # entries without id get the proxy's id
+    first = service.call("POST", "/retain", retain_body("main", entry))
+    assert first.status == 202 and first.body == {"status": "retained", "id": eid}
+    assert service.call("POST", "/retain", retain_body("main", entry)).body["status"] == "duplicate"
+    day = Path(service.config).parent / "ws" / "sessions" / entry["ts"][:10]
+    text = day.with_suffix(".md").read_text()
+    assert text.count(eid) == 2 and "zebra-nightly" in text and OPENAI_KEY not in text  # heading + closing line
+    assert "Tool calls: read_file" in text and "TOOL OUTPUT" not in text
+    mems = _memories(service, "where does the zebra cluster backup go?")
+    hit = [m for m in mems if "zebra-nightly" in str(m["text"])]
+    assert hit and str(hit[0]["text"]).rstrip().splitlines()[-1].startswith("Source: sessions/")
+    assert all(m["kind"] not in ("raw_transcript", "session_tail", "transcript_tail") for m in mems)
+    assert OPENAI_KEY not in json.dumps(mems)
+    gone = service.call("POST", "/forget", {"agent_id": "main", "entry_ids": [eid], "reason": "asked"})
+    assert gone.status == 204
+    assert eid not in day.with_suffix(".md").read_text()
+    assert not [m for m in _memories(service, "where does the zebra cluster backup go?") if "zebra" in str(m["text"])]
+    assert service.call("POST", "/retain", retain_body("main", entry)).body["status"] == "forgotten"
+    config = load_config(service.config)
+    with Memory(with_sessions(config.agent("main")), config) as mem:  # what another process sees right after
+        assert "zebra-nightly" not in json.dumps(mem.search("zebra cluster backup bucket"))
+        assert "zebra-nightly" not in json.dumps(mem.pack("zebra cluster backup bucket"))
+    leaked = [p for p in service.home.rglob("*") if p.is_file() and OPENAI_KEY.encode() in p.read_bytes()]
+    assert not leaked  # nor in the index, its WAL or any state file
+
+
+def test_recall_respects_the_proxy_limits(service: Service) -> None:
+    for i in range(30):
+        words = " ".join(f"walrus{i} fact{j} harbour crane schedule" for j in range(40))
+        service.call(
+            "POST", "/retain", retain_body("main", openai_entry(f"walrus {i}: {words}", f"noted {i}", id=f"hist1_w{i}"))
+        )
+    reply = service.call("POST", "/recall", recall_body("main", "walrus harbour crane schedule facts"))
+    mems = reply.body["memories"]
+    assert 0 < len(mems) <= 8 and len(reply.raw) <= 16 * 1024
+    assert sum(len(str(m["text"]).encode()) for m in mems) <= 8 * 1024
+
+
+def test_errors_404_400_413(service: Service) -> None:
+    assert service.call("POST", "/recall", recall_body("nobody", "x")).status == 404
+    bad = service.call("POST", "/recall", recall_body("../etc", "x"))
+    assert bad.status == 400 and "agent_id" in bad.body["error"]
+    assert service.call("POST", "/recall", recall_body("..", "x")).status == 400
+    assert service.call("POST", "/retain", raw=b"{not json").status == 400
+    r = service.call("POST", "/retain", {"agent_id": "main", "entry": {"ts": "2026-01-01T00:00:00Z", "response": 3}})
+    assert r.status == 400 and "entry.response" in r.body["error"]
+    r = service.call("POST", "/forget", {"agent_id": "main", "entry_ids": []})
+    assert r.status == 400 and "entry_ids" in r.body["error"]
+    r = service.call("POST", "/retain", retain_body("main", openai_entry("q", "a"), timezone="Mars/Base"))
+    assert r.status == 400 and "metadata.timezone" in r.body["error"]
+    # Over the limit: refused from the Content-Length alone, and a chunked body (no Content-Length) is
+    # refused as soon as what has arrived passes 2 MiB (33 pieces of 64 KiB: the last one crosses the limit).
+    assert _raw_post(service, {"Content-Length": str(3 * 1024 * 1024)}, []) == 413
+    assert _raw_post(service, {"Transfer-Encoding": "chunked"}, [b"x" * 65536] * 33, chunked=True) == 413
+
+
+def _raw_post(service: Service, headers: dict[str, str], pieces: list[bytes], chunked: bool = False) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+    conn.putrequest("POST", "/retain")
+    conn.putheader("Authorization", f"Bearer {TOKEN}")
+    for k, v in headers.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    for piece in pieces:
+        conn.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+    try:
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_status_and_no_secret_in_logs(service: Service) -> None:
+    service.call(
+        "POST", "/retain", retain_body("ops", openai_entry(f"token {OPENAI_KEY} for the ops", "ok", id="hist1_s"))
+    )
+    st = service.call("GET", "/agents/ops/status")
+    assert st.status == 200 and st.body["sessions"]["retained"] == 1
+    assert service.call("GET", "/agents/nobody/status").status == 404
+    service.stop()
+    log = service.log.read_text()
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    ops = [line for line in lines if line.get("type") == "memory_op"]
+    assert {
+        "ts",
+        "type",
+        "agent_id",
+        "memory_op",
+        "memory_status",
+        "memory_blocks",
+        "memory_bytes",
+        "memory_removed",
+        "ms",
+    } <= set(ops[0])
+    assert OPENAI_KEY not in log and TOKEN not in log
+
+
+def test_refuses_a_public_address_without_token(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.json", {"main": tmp_path / "ws"})
+    env = {"MDMEMORY_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mdmemory", "serve", "--config", str(cfg), "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert out.returncode == 2 and "MEMORY_API_TOKEN" in out.stderr
+
+
+def test_auto_agents_creates_a_workspace_inside_home(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.json", {"main": tmp_path / "ws"}, autoAgents=True)
+    svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
+    svc.start()
+    try:
+        r = svc.call("POST", "/retain", retain_body("new.bot", openai_entry("hello walrus", "hi", id="hist1_n")))
+        assert r.status == 202
+        assert (tmp_path / "home" / "agents" / "new.bot" / "sessions" / "2026-11-23.md").is_file()
+        assert svc.call("POST", "/retain", retain_body("..", openai_entry("x", "y"))).status == 400
+    finally:
+        svc.stop()
+
+
+def _ledger(path: Path, entries: list[dict[str, object]], extra: list[str] = ()) -> Path:  # type: ignore[assignment]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(e, separators=(",", ":")) for e in entries] + list(extra)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _backfill(*args: str, home: Path) -> tuple[int, dict[str, object], str]:
+    env = {"MDMEMORY_HOME": str(home), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "mdmemory", "backfill", *args], capture_output=True, text=True, env=env, timeout=300
+    )
+    return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}, out.stderr
+
+
+def test_backfill_local_and_over_http_honours_tombstones(service: Service, tmp_path: Path) -> None:
+    ledger_dir = tmp_path / "history" / "main"
+    old = [openai_entry(f"old question {i} about otters", f"old answer {i}", id=f"hist1_old{i}") for i in range(2)]
+    _ledger(ledger_dir / "history.jsonl.1", old)
+    no_id = anthropic_entry("where do the otters sleep?", "In the north pen.")  # an older line without id
+    live = [openai_entry("otter feeding time?", "At 09:00.", id="hist1_live"), no_id]
+    ledger = _ledger(ledger_dir / "history.jsonl", live, extra=['{"version":1,"ts":', "not json"])
+    raw_no_id = ledger.read_text().splitlines()[1].encode()
+    from mdmemory.service.canonical import id_from_json
+
+    code, summary, err = _backfill(str(ledger), "--config", str(service.config), home=service.home)
+    assert code == 0, err
+    assert summary == {"read": 6, "retained": 4, "duplicates": 0, "tombstoned": 0, "skipped": 0, "invalid": [5, 6]}
+    assert "malformed ledger line 5" in err
+    sessions = Path(service.config).parent / "ws" / "sessions"
+    text = "".join(p.read_text() for p in sessions.glob("*.md"))
+    assert id_from_json(raw_no_id) in text and "hist1_old0" in text
+    assert service.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_live"]}).status == 204
+    code, summary, err = _backfill(str(ledger), "--url", service.url, "--token", TOKEN, home=service.home)
+    assert code == 0, err
+    assert (summary["retained"], summary["duplicates"], summary["tombstoned"]) == (0, 3, 1)
+    assert "hist1_live" not in "".join(p.read_text() for p in sessions.glob("*.md"))  # not resurrected
+    assert not [m for m in _memories(service, "otter feeding time?") if "09:00" in str(m["text"])]
+    code, summary, err = _backfill(str(ledger), "--url", service.url, "--token", "wrong", home=service.home)
+    assert code == 1 and "401" in err
+
+
+def test_sigterm_drains_a_request_in_flight(service: Service) -> None:
+    assert service.proc is not None
+    body = json.dumps(retain_body("main", openai_entry("drain " + "y" * 200_000, "done", id="hist1_drain"))).encode()
+    conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
+    conn.putrequest("POST", "/retain")
+    conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body[:1000])
+    time.sleep(0.3)  # the request is in flight
+    service.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    conn.send(body[1000:])
+    reply = conn.getresponse()
+    assert reply.status == 202 and json.loads(reply.read())["status"] == "retained"
+    conn.close()
+    assert service.proc.wait(30) == 0
+    assert "hist1_drain" in (Path(service.config).parent / "ws" / "sessions" / "2026-11-23.md").read_text()
+
+
+def test_backfill_after_skips_older_entries(service: Service, tmp_path: Path) -> None:
+    entries = [openai_entry(f"q{i}", f"a{i}", id=f"hist1_t{i}", ts=f"2026-11-2{i}T10:00:00Z") for i in range(3)]
+    ledger = _ledger(tmp_path / "h" / "main" / "history.jsonl", entries)
+    code, summary, err = _backfill(
+        str(ledger),
+        "--after",
+        "2026-11-21T00:00:00Z",
+        "--limit",
+        "5",
+        "--config",
+        str(service.config),
+        home=service.home,
+    )
+    assert code == 0, err
+    assert (summary["read"], summary["skipped"], summary["retained"]) == (3, 1, 2)
+    code, _, err = _backfill(str(ledger), "--after", "last tuesday", home=service.home)
+    assert code == 2 and "--after" in err
