@@ -221,7 +221,7 @@ def build_pack(
             continue
         if c.path not in files:
             lines = lines_of(c.path)
-            files[c.path] = FileLines(lines) if lines is not None else None
+            files[c.path] = FileLines.of(lines) if lines is not None else None
         f = files[c.path]
         if f is None or c.text not in f.text(c.start_line, c.end_line):
             receipts[rank] = _receipt(rank, hit, cite(c.path, c.start_line, c.end_line), "excluded", "stale")

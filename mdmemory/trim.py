@@ -14,6 +14,8 @@ import bisect
 import itertools
 import math
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -36,6 +38,11 @@ class Window:
 
 
 # -- lines -------------------------------------------------------------------------------------------
+_CACHE: OrderedDict[int, tuple[list[str], FileLines]] = OrderedDict()
+_CACHE_MAX = 512
+_CACHE_LOCK = threading.Lock()
+
+
 class FileLines:
     """One file's lines with its heading lines indexed (fenced code blocks skipped)."""
 
@@ -50,8 +57,25 @@ class FileLines:
             elif fence is None and _HEADING.match(line):
                 self.headings.append(n)
         self._heading_set = set(self.headings)
-        self._secrets: list[tuple[int, int, str]] | None = None  # found on first redacted_text()
-        self._offsets: list[int] = []
+        # (secrets, line start offsets), found on the first redacted_text(); one assignment, as threads share it
+        self._secrets: tuple[list[tuple[int, int, str]], list[int]] | None = None
+
+    @classmethod
+    def of(cls, lines: list[str]) -> FileLines:
+        """``FileLines(lines)``, reused while the same list comes back: the pack's file reader returns one list
+        per unchanged file, so a long-running process (the service) finds headings and secrets once per file
+        version, not once per pack. The cache holds the list itself, so its ``id`` is never reused meanwhile."""
+        with _CACHE_LOCK:
+            hit = _CACHE.get(id(lines))
+            if hit is not None and hit[0] is lines:
+                _CACHE.move_to_end(id(lines))
+                return hit[1]
+        made = cls(lines)
+        with _CACHE_LOCK:
+            _CACHE[id(lines)] = (lines, made)
+            while len(_CACHE) > _CACHE_MAX:
+                _CACHE.popitem(last=False)
+        return made
 
     def is_heading(self, n: int) -> bool:
         return n in self._heading_set
@@ -72,14 +96,15 @@ class FileLines:
         found in the whole file, so a range holding only part of one (the middle of a PEM block) loses that
         part too."""
         if self._secrets is None:
-            self._secrets = find_secrets("\n".join(self.lines))
-            self._offsets = list(itertools.accumulate((len(line) + 1 for line in self.lines), initial=0))
+            offsets = list(itertools.accumulate((len(line) + 1 for line in self.lines), initial=0))
+            self._secrets = (find_secrets("\n".join(self.lines)), offsets)
+        secrets, offsets = self._secrets
         text = self.text(start, end)
-        if not self._secrets:
+        if not secrets:
             return text
-        a, b = self._offsets[start - 1], self._offsets[start - 1] + len(text)
+        a, b = offsets[start - 1], offsets[start - 1] + len(text)
         parts, pos = [], a
-        for s, e, kind in self._secrets:
+        for s, e, kind in secrets:
             if e <= a or s >= b:
                 continue
             s, e = max(s, a), min(e, b)
