@@ -60,11 +60,13 @@ class Scan:
 
 @dataclass(frozen=True)
 class MissingRoot:
-    """A folder memory comes from that is absent now: the workspace, ``memory/`` or an ``extraPaths`` entry.
+    """A folder memory comes from that is absent now: the workspace, ``memory/``, ``sessions/`` (with the
+    sessions source) or an ``extraPaths`` entry.
 
-    ``kind`` is ``workspace``, ``memory`` or ``extra``; ``shown`` is how people know it (the workspace's
-    path, ``memory/``, the extraPaths entry); ``reason`` completes "<shown> ..." (``does not exist``,
-    ``is not a folder``, ``is empty``...). ``prefix`` is what the indexed paths under it start with.
+    ``kind`` is ``workspace``, ``memory``, ``sessions`` or ``extra``; ``shown`` is how people know it (the
+    workspace's path, ``memory/``, ``sessions/``, the extraPaths entry); ``reason`` completes "<shown> ..."
+    (``does not exist``, ``is not a folder``, ``is empty``...). ``prefix`` is what the indexed paths under
+    it start with.
     """
 
     kind: str
@@ -211,6 +213,11 @@ class Workspace:
             reason = _entry_problem(mem_dir, folder_only=True)
             if reason is not None:
                 out.append(MissingRoot("memory", str(mem_dir), f"{MEMORY_DIR}/", reason, MEMORY_DIR))
+            if self.sessions_dir is not None:  # retained turns: as precious as memory/ when it vanishes
+                reason = _entry_problem(self.sessions_dir, folder_only=True)
+                if reason is not None:
+                    shown = f"{SESSIONS_DIR}/"
+                    out.append(MissingRoot("sessions", str(self.sessions_dir), shown, reason, SESSIONS_DIR))
         for extra in self.extra_roots:
             inside = _inside(extra, self.root)
             if inside and problem is not None and problem != EMPTY:

@@ -77,6 +77,30 @@ def test_session_files_are_searched_packed_and_read(
     )
 
 
+def test_a_vanished_sessions_folder_keeps_its_index_until_it_returns(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    """Like memory/: renaming sessions/ away (a restore, a sync tool) must not drop the retained turns."""
+    write(workspace / "MEMORY.md", "# Memory\n\n- The reindeer herd lives in Lapland.\n")
+    write(workspace / "sessions/2026-11-23.md", TURN)
+    mem = make_memory({"sources": SESSIONS}, provider="none")
+    mem.sync()
+    os.rename(workspace / "sessions", workspace / "sessions.moved")
+    report = mem.sync()
+    assert report["removed"] == 0
+    assert "sessions/2026-11-23.md" in mem.store.files()
+    found = mem.search("reindeer tracker port", min_score=0.0)
+    assert found["results"][0]["path"] == "sessions/2026-11-23.md"
+    assert any("sessions/ does not exist (root missing)" in w for w in found["warnings"])
+    assert any("sessions/" in w for w in mem.status()["warnings"])
+    os.rename(workspace / "sessions.moved", workspace / "sessions")
+    assert not any("sessions/" in w for w in mem.search("reindeer tracker port", min_score=0.0).get("warnings", []))
+    mem.sync(prune=True)
+    os.rename(workspace / "sessions", workspace / "sessions.moved")
+    assert mem.sync(prune=True)["removed"] == 1  # --prune drops them on purpose
+    assert "sessions/2026-11-23.md" not in mem.store.files()
+
+
 def test_without_the_source_session_files_are_not_memory(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", "# Memory\n\n- nothing about ports\n")
     write(workspace / "sessions/2026-11-23.md", TURN)
