@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory import agent  # its functions load on first use: each command imports only its own module
 from mdmemory.agent.context import KINDS
-from mdmemory.agent.schemas import FORMATS, tool_definitions
-from mdmemory.packer import SOURCE_KINDS, check_pack_arguments
+from mdmemory.agent.schemas import FORMATS, PACK_KINDS, tool_definitions
 
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
@@ -30,7 +29,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("query")
     p.add_argument("--budget-tokens", type=int, default=1000, metavar="N", help="default: 1000")
     p.add_argument("--max-items", type=int, default=None, metavar="N", help="default: no cap")
-    p.add_argument("--source", dest="sources", action="append", choices=SOURCE_KINDS, help="only these kinds")
+    p.add_argument("--source", dest="sources", action="append", choices=PACK_KINDS, help="only these kinds")
     p.add_argument("--trace", action="store_true", help="add a receipt for every candidate (no memory text)")
     p.set_defaults(func=cmd_pack, check=check_pack)
 
@@ -85,6 +84,8 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
 
 def check_pack(args: argparse.Namespace) -> None:
     """memory_pack's bounds, checked before the config or the index is opened."""
+    from mdmemory.packer import check_pack_arguments  # here: the pack modules are for this command only
+
     names = {"query": "QUERY", "budgetTokens": "--budget-tokens", "maxItems": "--max-items", "sources": "--source"}
     args.query, args.budget_tokens, args.max_items, _ = check_pack_arguments(
         args.query, args.budget_tokens, args.max_items, args.sources, names

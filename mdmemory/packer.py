@@ -20,7 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.agent.schemas import PACK_INPUT, validate_arguments
+from mdmemory.agent.schemas import PACK_INPUT, PACK_KINDS, validate_arguments
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
 from mdmemory.providers.base import EmbeddingProvider
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
 TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
-SOURCE_KINDS = ("curated", "daily", "extra", "session")
+SOURCE_KINDS = PACK_KINDS
 
 
 # The memory_pack tool's arguments plus the Python/CLI-only ones, checked by the tool dispatcher's validator.

@@ -25,6 +25,7 @@ FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
 ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
 DEFAULT_PACK_BUDGET = 1000
+PACK_KINDS = ("curated", "daily", "extra", "session")  # a pack item's kind (mdmemory.pack.kind_of)
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
@@ -188,7 +189,7 @@ PACK_OUTPUT: dict[str, Any] = {
                     "text": {"type": "string"},
                     "score": {"type": "number"},
                     "source": {"type": "string", "enum": ["memory", "extra", "sessions"]},
-                    "kind": {"type": "string", "enum": ["curated", "daily", "extra", "session"]},
+                    "kind": {"type": "string", "enum": list(PACK_KINDS)},
                     "date": {"type": "string"},
                     "heading": {"type": "string"},
                     "headingLine": {"type": "integer"},
