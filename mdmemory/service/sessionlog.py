@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -150,26 +152,26 @@ class SessionLog:
                 out.append(item)
         return out
 
-    def _file_lock(self) -> FileLock:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        return FileLock(str(self.dir / LOCK_NAME))
-
-    def _locked(self) -> Any:
-        lock = self._file_lock()
-        try:
-            lock.acquire(timeout=LOCK_TIMEOUT_SECONDS)
-        except Timeout as exc:
-            raise LockError(f"another process holds {self.dir / LOCK_NAME}; wait for it or stop it") from exc
-        return lock
+    @contextlib.contextmanager
+    def _loaded(self) -> Iterator[None]:
+        """Hold this object's thread lock and the folder's file lock for the block, the folder's ids and
+        tombstones (re)loaded first."""
+        with self._lock:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(str(self.dir / LOCK_NAME))
+            try:
+                lock.acquire(timeout=LOCK_TIMEOUT_SECONDS)
+            except Timeout as exc:
+                raise LockError(f"another process holds {self.dir / LOCK_NAME}; wait for it or stop it") from exc
+            try:
+                self._load()
+                yield
+            finally:
+                lock.release()
 
     # -- operations ---------------------------------------------------------------------------------
     def known(self, entry_id_: str) -> Status | None:
-        with self._lock:
-            lock = self._locked()
-            try:
-                self._load()
-            finally:
-                lock.release()
+        with self._loaded():
             if entry_id_ in self._tombstoned:
                 return "forgotten"
             return "duplicate" if entry_id_ in self._ids else None
@@ -186,19 +188,14 @@ class SessionLog:
         block = blocks.render(eid, when.strftime("%H:%M:%S"), redact(model), turn)
         day = when.date().isoformat()
         path = self.dir / f"{day}.md"
-        with self._lock:
-            lock = self._locked()
-            try:
-                self._load()
-                if eid in self._tombstoned:
-                    return "forgotten", eid
-                if eid in self._ids:
-                    return "duplicate", eid
-                self._append(path, day, block)
-                self._ids.add(eid)
-                self._seen = self._signature()
-            finally:
-                lock.release()
+        with self._loaded():
+            if eid in self._tombstoned:
+                return "forgotten", eid
+            if eid in self._ids:
+                return "duplicate", eid
+            self._append(path, day, block)
+            self._ids.add(eid)
+            self._seen = self._signature()
         return "retained", eid
 
     def _append(self, path: Path, day: str, block: str) -> None:
@@ -220,48 +217,38 @@ class SessionLog:
     def forget(self, entry_ids: list[str], reason: str | None = None) -> tuple[int, list[str]]:
         """Tombstone ``entry_ids`` and remove their blocks; ``(blocks removed, files rewritten)``."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        with self._lock:
-            lock = self._locked()
-            try:
-                self._load()
-                new = [i for i in dict.fromkeys(entry_ids) if i not in self._tombstoned]
-                if new:
-                    lines = []
-                    for i in new:
-                        stone: dict[str, Any] = {"agent_id": self.agent.id, "entry_id": i}
-                        if reason:
-                            stone["reason"] = reason.strip()
-                        stone["forgotten_at"] = now
-                        lines.append(json.dumps(stone, ensure_ascii=False) + "\n")
-                    fd = os.open(self.dir / TOMBSTONES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                    try:
-                        _write_all(fd, "".join(lines).encode("utf-8"))
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                    self._tombstoned.update(new)
-                targets = set(entry_ids)
-                removed, changed = 0, []
-                for path in self._files():
-                    text = path.read_text(encoding="utf-8", errors="replace")
-                    if not any(i in text for i in targets):
-                        continue
-                    text, gone = blocks.remove(text, targets)
-                    if gone:
-                        _rewrite(path, text)
-                        removed += len(gone)
-                        changed.append(f"{SESSIONS_DIR}/{path.name}")
-                self._ids.difference_update(targets)
-                self._seen = self._signature()
-            finally:
-                lock.release()
+        with self._loaded():
+            new = [i for i in dict.fromkeys(entry_ids) if i not in self._tombstoned]
+            if new:
+                lines = []
+                for i in new:
+                    stone: dict[str, Any] = {"agent_id": self.agent.id, "entry_id": i}
+                    if reason:
+                        stone["reason"] = reason.strip()
+                    stone["forgotten_at"] = now
+                    lines.append(json.dumps(stone, ensure_ascii=False) + "\n")
+                fd = os.open(self.dir / TOMBSTONES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                try:
+                    _write_all(fd, "".join(lines).encode("utf-8"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                self._tombstoned.update(new)
+            targets = set(entry_ids)
+            removed, changed = 0, []
+            for path in self._files():
+                text = path.read_text(encoding="utf-8", errors="replace")
+                if not any(i in text for i in targets):
+                    continue
+                text, gone = blocks.remove(text, targets)
+                if gone:
+                    _rewrite(path, text)
+                    removed += len(gone)
+                    changed.append(f"{SESSIONS_DIR}/{path.name}")
+            self._ids.difference_update(targets)
+            self._seen = self._signature()
         return removed, changed
 
     def stats(self) -> dict[str, Any]:
-        with self._lock:
-            lock = self._locked()
-            try:
-                self._load()
-            finally:
-                lock.release()
+        with self._loaded():
             return {"retained": len(self._ids), "tombstones": len(self._tombstoned), "files": len(self._files())}
