@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,17 @@ def queries(n: int) -> list[dict[str, Any]]:
     return out
 
 
+def run_clients(client: Callable[[int], None]) -> float:
+    """Run ``client(k)`` on CLIENTS threads at once; the wall time until the last one ends, in seconds."""
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started
+
+
 def recall_load(server: Server, bodies: list[dict[str, Any]]) -> dict[str, Any]:
     for body in bodies[:8]:  # warm-up: model load, page cache
         server.request("POST", "/recall", body)
@@ -167,13 +179,7 @@ def recall_load(server: Server, bodies: list[dict[str, Any]]) -> dict[str, Any]:
                     errors += 1
         conn.close()
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    wall = run_clients(client)
     q = statistics.quantiles(latencies, n=100)
     return {
         "requests": len(latencies),
@@ -208,13 +214,7 @@ def retain_load(server: Server, ws: Path, seconds: float) -> dict[str, Any]:
             i += 1
         conn.close()
 
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - started
+    wall = run_clients(client)
     found: set[str] = set()
     for path in (ws / "sessions").glob("*.md"):
         got, _ = blocks.blocks(path.read_text())
