@@ -78,6 +78,8 @@ def build_status(mem: Memory) -> dict[str, Any]:
     if mem.config and mem.config.ignored_keys:
         warnings.append("config keys ignored (not mdmemory's): " + ", ".join(mem.config.ignored_keys))
     last_error = _newest(health.get("lastError"), mem.last_error, legacy_error)
+    if last_error is not None and "pending" in last_error and index.get("pendingEmbeddings") == 0:
+        last_error = None  # an embedding failure whose chunks all have their vectors now is resolved
     hybrid = mem.settings.query.hybrid.enabled
     mode = ("hybrid" if hybrid else "vector") if provider is not None and matches else "keyword"
     out: dict[str, Any] = {
