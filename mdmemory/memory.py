@@ -94,6 +94,10 @@ class Memory(ProviderSelection):
         self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
         self._background: threading.Thread | None = None
         self._closing = threading.Event()
+        # A long-lived caller answering many searches a second (the service) sets this: a search then
+        # catches up with the files at most once per interval; ``changed()`` makes the next one catch up.
+        self.catch_up_interval = 0.0
+        self._caught_up: tuple[float, tuple[bool, list[str]]] | None = None
 
     @classmethod
     def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
@@ -480,11 +484,21 @@ class Memory(ProviderSelection):
 
         return build_status(self)
 
+    def changed(self) -> None:
+        """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""
+        self._caught_up = None
+
     def _sync_before_search(self) -> tuple[bool, list[str]]:
         """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
         from mdmemory import catchup
 
-        return catchup.before_search(self)
+        now = time.monotonic()
+        last = self._caught_up
+        if last is not None and now - last[0] < self.catch_up_interval:
+            return last[1][0], list(last[1][1])
+        result = catchup.before_search(self)
+        self._caught_up = (now, result) if self.catch_up_interval > 0 else None
+        return result
 
 
 def _about_store(exc: OSError, store_path: os.PathLike[str]) -> bool:

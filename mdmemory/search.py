@@ -204,10 +204,17 @@ def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]
             df = max(1, store.term_frequency_at_least(match, total + 1))
             n = max(total, df)  # another process may have added chunks since the total was read
             weights[_fold(term)] = max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
+    terms_of: dict[str, frozenset[str]] = {}  # a highlighted word -> the query terms it is a form of
     held: dict[int, float] = {}
     for rid, words in matched.items():
-        folded = {_fold(word) for word in words}
-        held[rid] = sum(w for term, w in weights.items() if any(_same_stem(word, term) for word in folded))
+        found: set[str] = set()
+        for word in words:
+            hit = terms_of.get(word)
+            if hit is None:
+                folded = _fold(word)
+                hit = terms_of[word] = frozenset(t for t in weights if _same_stem(folded, t))
+            found |= hit
+        held[rid] = sum(weights[t] for t in found)
     return sum(weights.values()), held
 
 

@@ -319,3 +319,25 @@ def test_migration_3_marks_chunks_without_vectors_of_an_old_index(tmp_path: Path
         assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert [c.id for c in store.pending_chunks(10)] == ([2] if provider == "hash" else [])
         assert store.pending_count() == (1 if provider == "hash" else 0)
+
+
+def test_a_catch_up_interval_lets_searches_skip_the_file_walk_until_it_passes_or_a_write_is_announced(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    notes(workspace, 3)
+    mem = make_memory(provider="none")  # keywords: a result is there or not, no near-miss vectors
+    mem.sync()
+    mem.catch_up_interval = 0.6
+    assert mem.search("kingfisher")["results"] == []  # this search caught up: the next 0.6 s do not
+    write(workspace / "memory" / "2026-03-20.md", "# Day 20\n\nA kingfisher dived into the pond.\n")
+    assert mem.search("kingfisher")["results"] == []  # within the interval: the walk is skipped
+    time.sleep(0.7)
+    assert mem.search("kingfisher")["results"][0]["path"] == "memory/2026-03-20.md"  # interval over: caught up
+
+    write(workspace / "memory" / "2026-03-21.md", "# Day 21\n\nA grebe stood in the reeds.\n")
+    mem.changed()  # a writer says so (the service, after a retain): no wait
+    assert mem.search("grebe")["results"][0]["path"] == "memory/2026-03-21.md"
+
+    mem.catch_up_interval = 0.0  # the default: every search catches up
+    write(workspace / "memory" / "2026-03-22.md", "# Day 22\n\nAn avocet flew over.\n")
+    assert mem.search("avocet")["results"][0]["path"] == "memory/2026-03-22.md"

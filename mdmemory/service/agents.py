@@ -27,6 +27,9 @@ from mdmemory.service.sessionlog import SessionLog
 from mdmemory.workspace import SESSIONS_DIR
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
+# A recall catches up with hand edits at most this often (a stat of every file each time costs more than the
+# search under load); a retain or forget through the service makes the next recall catch up at once.
+CATCH_UP_SECONDS = 0.5
 
 
 class UnknownAgent(MdMemoryError):
@@ -117,6 +120,7 @@ class Agents:
         key = _provider_key(agent)
         shared = self._shared.get(key)
         memory = Memory(agent, self.config, choice=shared[0] if shared else None, env=self.env)
+        memory.catch_up_interval = CATCH_UP_SECONDS
         if shared is None:
             shared = (memory.choice, threading.Lock())
             self._shared[key] = shared

@@ -123,7 +123,9 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
         entry = contract.check_entry(body)
         agent = agents.get(body["agent_id"])
         status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
-        agent.dirty = agent.dirty or status == "retained"
+        if status == "retained":
+            agent.dirty = True
+            agent.memory.changed()
         return JSONResponse({"status": status, "id": eid}, status_code=202), {"result": status}
 
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
@@ -133,6 +135,7 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
 
         def run() -> int:
             removed, changed = agent.log.forget(ids, body.get("reason"))
+            agent.memory.changed()
             with agent.lock:
                 try:
                     agent.memory.sync()  # before answering: no search, pack or recall returns them from now on

@@ -29,6 +29,7 @@ COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candi
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
+MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (cleared when the index changes)
 _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
     "read-only": "it cannot be opened for writing",
     "full": "no space left on its disk",
@@ -491,11 +492,19 @@ class Store:
         return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
 
     def term_frequency_at_least(self, term_match: str, limit: int) -> int:
-        """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap)."""
-        row = self.conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)", (term_match, int(limit))
-        ).fetchone()
-        return int(row[0])
+        """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap;
+        remembered until the index changes: a common term costs a scan of its whole posting list)."""
+        counts: dict[tuple[str, int], int] = self._memoised("term_counts", dict)
+        found = counts.get((term_match, limit))
+        if found is None:
+            row = self.conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)",
+                (term_match, int(limit)),
+            ).fetchone()
+            if len(counts) >= MAX_REMEMBERED_TERMS:
+                counts.clear()
+            found = counts[(term_match, limit)] = int(row[0])
+        return found
 
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
