@@ -98,6 +98,7 @@ class Memory(ProviderSelection):
         # catches up with the files at most once per interval; ``changed()`` makes the next one catch up.
         self.catch_up_interval = 0.0
         self._caught_up: tuple[float, tuple[bool, list[str]]] | None = None
+        self.catches_up = True  # False for a second reader of an index another object keeps up to date
 
     @classmethod
     def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
@@ -488,10 +489,29 @@ class Memory(ProviderSelection):
         """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""
         self._caught_up = None
 
+    @property
+    def change_announced(self) -> bool:
+        """Whether ``changed()`` was called (or nothing caught up yet) since the last catch-up."""
+        return self._caught_up is None
+
+    def catch_up_due(self) -> bool:
+        """Whether the next search would catch up with the files (see ``catch_up_interval``)."""
+        last = self._caught_up
+        return last is None or time.monotonic() - last[0] >= self.catch_up_interval
+
+    def catch_up(self) -> tuple[bool, list[str]]:
+        """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
+        if not self.settings.sync.on_search:
+            return False, []
+        with deadline.until(self._embedding_deadline()):
+            return self._sync_before_search()
+
     def _sync_before_search(self) -> tuple[bool, list[str]]:
         """Catch up before answering (see mdmemory.catchup). Returns (stale, notes)."""
         from mdmemory import catchup
 
+        if not self.catches_up:
+            return False, []
         now = time.monotonic()
         last = self._caught_up
         if last is not None and now - last[0] < self.catch_up_interval:

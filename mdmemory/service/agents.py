@@ -23,6 +23,7 @@ from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config
 from mdmemory.errors import MdMemoryError
 from mdmemory.memory import Memory
 from mdmemory.service.contract import check_agent_id
+from mdmemory.service.readers import Readers
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -41,8 +42,23 @@ class Agent:
     config: AgentConfig
     memory: Memory
     log: SessionLog
-    lock: threading.Lock  # shared by the agents that share a provider
+    lock: threading.Lock  # around the writes of ``memory``: sync, forget, catching up
+    readers: Readers  # what recalls search with, side by side
     dirty: bool = field(default=False)
+
+    def catch_up(self) -> None:
+        """Bring the index up to date with the files before a recall: at once after a retain or forget
+        through the service (``Memory.changed``), else at most every ``CATCH_UP_SECONDS`` and only when no
+        sync is running already (the one that is catches up)."""
+        mem = self.memory
+        if mem.change_announced:
+            with self.lock:
+                mem.catch_up()
+        elif mem.catch_up_due() and self.lock.acquire(blocking=False):
+            try:
+                mem.catch_up()
+            finally:
+                self.lock.release()
 
 
 def with_sessions(agent: AgentConfig) -> AgentConfig:
@@ -126,7 +142,7 @@ class Agents:
             self._shared[key] = shared
         # only a local model must not run in two threads at once; other agents only serialise their own work
         lock = shared[1] if memory.choice.name == "local" else threading.Lock()
-        return Agent(agent, memory, SessionLog(agent), lock)
+        return Agent(agent, memory, SessionLog(agent), lock, Readers(memory))
 
     def close(self) -> None:
         with self._lock:
@@ -139,5 +155,6 @@ class Agents:
                 a.memory._choice = None  # already closed through the agent that shares it
             elif provider is not None:
                 closed.add(id(provider))
+            a.readers.close()
             with a.lock:
                 a.memory.close()

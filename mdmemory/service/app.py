@@ -110,8 +110,9 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
         agent = agents.get(body["agent_id"])
 
         def run() -> dict[str, Any]:
-            with agent.lock:
-                return recall(agent.memory, body)
+            agent.catch_up()
+            with agent.readers.reader() as reader:
+                return recall(reader, body)
 
         result = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
