@@ -31,6 +31,8 @@ from mdmemory.providers.breaker import CircuitBreaker
 from mdmemory.tokens import estimate_tokens, truncate_to_tokens
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import numpy as np  # imported by the methods that make vectors: a keyword-only process never needs it
 
 MIN_ATTEMPT_SECONDS = 0.05
@@ -87,7 +89,7 @@ class EmbeddingProvider(ABC):
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     enforces_deadline: bool = False
     breaker: CircuitBreaker | None = None
-    _overrun: threading.Thread | None = None  # a query worker whose caller stopped waiting for it
+    _overrun: Future[np.ndarray] | None = None  # a query whose caller stopped waiting for it
 
     # -- the one method a provider implements -------------------------------------------------------
     @abstractmethod
@@ -153,27 +155,38 @@ class EmbeddingProvider(ABC):
         if until - time.monotonic() < MIN_ATTEMPT_SECONDS:
             raise _OutOfTime(self.id, 0, 0.0, None)
         with _WORKERS_LOCK:
-            if self._overrun is not None and self._overrun.is_alive():
+            if self._overrun is not None and not self._overrun.done():
                 raise ProviderError(f"{self.id} is still busy with an earlier query that overran its time budget")
-        box: list[np.ndarray | BaseException] = []
 
-        def work() -> None:
-            try:
-                with deadline.until(until):
-                    box.append(self.embed_query(text))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                box.append(exc)
+        def work() -> np.ndarray:
+            with deadline.until(until):
+                return self.embed_query(text)
 
-        worker = threading.Thread(target=work, name=f"mdmemory-{self.id}-query", daemon=True)
-        worker.start()
-        worker.join(max(0.0, until - time.monotonic()))
-        if worker.is_alive():
+        from concurrent.futures import wait
+
+        future = self._run_query(work)
+        if not wait([future], max(0.0, until - time.monotonic())).done:
             with _WORKERS_LOCK:
-                self._overrun = worker
+                self._overrun = future
             raise ProviderError(f"{self.id} did not embed the query within its time budget (query.embedTimeoutMs)")
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        return box[0]
+        return future.result()
+
+    def _run_query(self, work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
+        """Start ``work`` on another thread (the caller may stop waiting for it); a provider with a thread
+        of its own (local) runs it there."""
+        from concurrent.futures import Future
+
+        future: Future[np.ndarray] = Future()
+
+        def run() -> None:
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(work())
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                    future.set_exception(exc)
+
+        threading.Thread(target=run, name=f"mdmemory-{self.id}-query", daemon=True).start()
+        return future
 
     def _embed_all(self, texts: list[str]) -> np.ndarray:
         import numpy as np

@@ -14,7 +14,8 @@ import os
 import re
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 from mdmemory.errors import ProviderError
 from mdmemory.providers import native, probe
 from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.providers.runner import Runner
 from mdmemory.tokens import truncate_to_tokens
 
 HF_PREFIX = "hf:"
@@ -210,6 +212,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self._llm: Any = None
         self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load())
         self._lock = threading.RLock()
+        self._runner = Runner(f"mdmemory-{self.id}")  # every llama.cpp computation runs on its thread
 
     # -- loading ------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -242,6 +245,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             llm, self._llm = self._llm, None
             if llm is not None:
                 llm.close()
+        self._runner.close()
 
     def warm_up(self) -> None:
         """Load the model now: a query's time budget does not count loading (see base.embed_query_within)."""
@@ -281,6 +285,9 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         self.load()
+        return self._runner.call(lambda: self._embed_here(texts))  # the lock is only ever taken there
+
+    def _embed_here(self, texts: Sequence[str]) -> np.ndarray:
         assert self.dims is not None
         out = np.empty((len(texts), self.dims), dtype=np.float32)
         with self._lock:
@@ -293,6 +300,9 @@ class LocalEmbeddingProvider(EmbeddingProvider):
                     raise ProviderError(f"llama.cpp failed to embed with {self.file_name}: {exc}") from exc
                 out[row] = vector.mean(axis=0) if vector.ndim == 2 else vector  # pooling "none": mean
         return out
+
+    def _run_query(self, work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
+        return self._runner.submit(work)
 
     def _tokenize(self, text: str) -> list[int]:
         self.load()

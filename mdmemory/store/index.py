@@ -482,14 +482,21 @@ class Store:
         return [(int(r[0]), float(r[1])) for r in rows]
 
     def keyword_matches(self, match: str, k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased."""
+        """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased.
+
+        Two statements: highlighting inside the ranked one would mark every matching row before the sort
+        keeps ``k`` (most of the time of a query with a common term); the second pass marks only those."""
+        ranked = self.keyword(match, k)
+        if not ranked:
+            return []
         rows = self.conn.execute(
-            "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
-            "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY rank LIMIT ?",
-            (match, int(k)),
+            "SELECT r, h FROM (SELECT rowid AS r, CASE WHEN rowid IN (SELECT value FROM json_each(?)) THEN "
+            "highlight(chunks_fts, 0, char(1), char(2)) || ' ' || coalesce(highlight(chunks_fts, 1, char(1), "
+            "char(2)), '') END AS h FROM chunks_fts WHERE chunks_fts MATCH ?) WHERE h IS NOT NULL",
+            (json.dumps([rid for rid, _ in ranked]), match),
         ).fetchall()
-        return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
+        marked = {int(r[0]): str(r[1]) for r in rows}
+        return [(rid, rank, {w.lower() for w in _MARKED.findall(marked.get(rid, ""))}) for rid, rank in ranked]
 
     def term_frequency_at_least(self, term_match: str, limit: int) -> int:
         """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap;
