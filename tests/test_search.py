@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -283,13 +284,13 @@ def test_contains_all_terms() -> None:
     assert not contains_all_terms("anything", [])
 
 
-def test_common_terms_are_pruned_only_in_large_indexes(
+def test_terms_without_weight_are_dropped_and_common_terms_only_in_large_indexes(
     workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import mdmemory.search as search_mod
 
     for i in range(30):
-        extra = " quokka sighting" if i == 7 else ""
+        extra = " quokka sighting" if i == 7 else " wombat tracks" if i < 5 else ""
         write(workspace / "memory" / f"2026-03-{i + 1:02d}.md", f"# Day {i}\n\nCaroline wrote notes{extra}.\n")
     mem = make_memory(provider="none")
     mem.sync()
@@ -301,12 +302,17 @@ def test_common_terms_are_pruned_only_in_large_indexes(
         return original(match, k)
 
     monkeypatch.setattr(mem.store, "keyword_matches", spy)
-    mem.search("caroline quokka")
-    assert calls[-1] == '"caroline" OR "quokka"'  # small index: exact query
-    monkeypatch.setattr(search_mod, "PRUNE_MIN_CHUNKS", 10)
+    exact = [r[0] for r in original('"caroline" OR "quokka"', 10)]
     res = mem.search("caroline quokka")
-    assert calls[-1] == '"quokka"'  # "caroline" is in every chunk: dropped
+    # "caroline" is in every chunk: FTS5 gives it an IDF of zero, so it is dropped even in a small index
+    assert calls[-1] == '"quokka"'
     assert res["results"][0]["path"] == "memory/2026-03-08.md"
+    assert exact[0] == [r[0] for r in original('"quokka"', 10)][0]  # the same best chunk either way
+    mem.search("wombat quokka")
+    assert calls[-1] == '"wombat" OR "quokka"'  # in 5 of 30 chunks: weighs something, kept (small index)
+    monkeypatch.setattr(search_mod, "PRUNE_MIN_CHUNKS", 10)
+    mem.search("wombat quokka")
+    assert calls[-1] == '"quokka"'  # a large index also drops a term found in more than 10% of chunks
     mem.search("caroline")
     assert calls[-1] == '"caroline"'  # never prune the only term
     mem.search("what did caroline say")
@@ -335,3 +341,25 @@ def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
 
     ideal, held = term_weights(Racing(), ["heron"], {1: {"heron"}})  # type: ignore[arg-type]
     assert ideal > 0 and held == {1: ideal}
+
+
+def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_statement(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    write(
+        workspace / "MEMORY.md", "Preamble without a heading: the Kingfishers nest here.\n\n# Birds\n\nHerons fish.\n"
+    )
+    for i in range(12):
+        write(workspace / "memory" / f"2026-03-{i + 1:02d}.md", f"# Kingfisher day {i}\n\nA heron and {i} otters.\n")
+    mem = make_memory(provider="none")
+    mem.sync()
+    match = '"kingfisher" OR "heron" OR "otter"'
+    one = mem.store.conn.execute(
+        "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
+        "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT 5",
+        (match,),
+    ).fetchall()
+    expected = [(r[0], r[1], {w.lower() for w in re.findall("\x01(.*?)\x02", f"{r[2]} {r[3]}")}) for r in one]
+    got = mem.store.keyword_matches(match, 5)
+    assert got == expected and len(got) == 5
+    assert any("kingfisher" in words and "heron" in words for _, _, words in got)
