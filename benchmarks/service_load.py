@@ -7,6 +7,7 @@ ContextPack, JSON). Then 8 clients ``POST /retain`` proxy-shaped entries for ``-
 report gives entries/s, errors, and entries acknowledged (202) but missing from ``sessions/*.md`` (lost).
 
     python benchmarks/service_load.py [--chunks 10000] [--queries 400] [--retain-seconds 10] [--json out.json]
+        [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -234,13 +236,15 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--retain-seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--workdir", type=Path, help="keep the workspace and indexes here (reused by later runs)")
     args = ap.parse_args()
     if not MINILM.is_file():
         raise SystemExit(f"{MINILM} is missing")
     report: dict[str, Any] = {"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="mdmemory-service-load-") as tmp:
-        root = Path(tmp)
-        ws = build_workspace(root, args.chunks)
+        root = args.workdir.resolve() if args.workdir else Path(tmp)
+        ws = root / "ws" if (root / "ws").is_dir() else build_workspace(root, args.chunks)
+        shutil.rmtree(ws / "sessions", ignore_errors=True)  # a reused workspace: drop an earlier run's turns
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
         bodies = queries(args.queries)
         for name, provider in (("minilm", "local"), ("keyword", "none")):

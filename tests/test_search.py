@@ -343,9 +343,13 @@ def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
     assert ideal > 0 and held == {1: ideal}
 
 
+@pytest.mark.parametrize("two_pass_rows", [1, 2_000])  # many matching rows: two statements; few: one
 def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_statement(
-    workspace: Path, make_memory: Callable[..., Memory]
+    workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch, two_pass_rows: int
 ) -> None:
+    import mdmemory.store.index as index_mod
+
+    monkeypatch.setattr(index_mod, "TWO_PASS_ROWS", two_pass_rows)
     write(
         workspace / "MEMORY.md", "Preamble without a heading: the Kingfishers nest here.\n\n# Birds\n\nHerons fish.\n"
     )

@@ -29,6 +29,7 @@ COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candi
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
+TWO_PASS_ROWS = 2_000  # a keyword query matching this many rows marks its matched words in a second pass
 MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (cleared when the index changes)
 _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
     "read-only": "it cannot be opened for writing",
@@ -484,8 +485,17 @@ class Store:
     def keyword_matches(self, match: str, k: int) -> list[tuple[int, float, set[str]]]:
         """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased.
 
-        Two statements: highlighting inside the ranked one would mark every matching row before the sort
-        keeps ``k`` (most of the time of a query with a common term); the second pass marks only those."""
+        When many rows match, in two statements: highlighting inside the ranked one would mark every matching
+        row before the sort keeps ``k`` (most of the time of a query with a common term); the second pass
+        marks only those. With few matching rows one statement is cheaper."""
+        if self.term_frequency_at_least(match, TWO_PASS_ROWS) < TWO_PASS_ROWS:
+            rows = self.conn.execute(
+                "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
+                "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
+                "ORDER BY rank LIMIT ?",
+                (match, int(k)),
+            ).fetchall()
+            return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
         ranked = self.keyword(match, k)
         if not ranked:
             return []
