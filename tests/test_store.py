@@ -143,6 +143,7 @@ def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, mon
     import mdmemory.store.index as index_mod
 
     monkeypatch.setattr(index_mod, "EXACT_KNN_MAX_ROWS", 100)
+    monkeypatch.setattr(index_mod, "EXACT_ROWS_PER_CANDIDATE", 1)
     rng = np.random.default_rng(5)
     centres = unit(rng, 20, 64)
     vecs = centres[rng.integers(0, 20, size=600)] + rng.normal(scale=0.08, size=(600, 64)).astype(np.float32)
@@ -163,6 +164,11 @@ def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, mon
             assert dists[0] == pytest.approx(1 - float(vecs[truth[0]] @ q), abs=1e-5)
             hits += len({line_of[i] for i, _ in got} & set(truth))
         assert hits / 200 >= 0.9  # recall@10 of the coarse-then-rescore path
+
+        # a wide net over few vectors per candidate is answered by the exact scan: the true order, all of it
+        monkeypatch.setattr(index_mod, "EXACT_ROWS_PER_CANDIDATE", 40)  # 40 x max(4k, 96) >= 600 vectors
+        q = vecs[3]
+        assert [line_of[i] for i, _ in s.knn(q, 10)] == list(np.argsort(-(vecs @ q))[:10])
 
 
 def test_migration_2_keeps_a_version_1_index_usable(tmp_path: Path) -> None:

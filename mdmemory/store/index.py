@@ -27,6 +27,7 @@ _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) li
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
 COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
+EXACT_ROWS_PER_CANDIDATE = 40  # with fewer vectors than this per coarse candidate, the exact scan is cheaper
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
 TWO_PASS_ROWS = 2_000  # a keyword query matching this many rows marks its matched words in a second pass
@@ -392,7 +393,10 @@ class Store:
         A chunk may own several vectors (one per embedded window); its distance is its best window's.
         Up to ``EXACT_KNN_MAX_ROWS`` vectors the float index answers exactly. Above that, sqlite-vec finds
         the nearest 1-bit codes (Hamming distance on the signs, 32x less data to scan), and those
-        candidates are rescored with their exact float vectors.
+        candidates are rescored with their exact float vectors; unless that many candidates cost more than
+        the exact scan (sqlite-vec's top-k selection costs ~20 us a candidate, the float scan ~0.6 us a
+        vector): a wide net of candidates (a context pack's) stays exact up to ``EXACT_ROWS_PER_CANDIDATE``
+        vectors per candidate.
         """
         if self.vec_dims() is None or k <= 0:
             return []
@@ -401,7 +405,9 @@ class Store:
         query = np.asarray(query, dtype=np.float32)
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
-        if not self._has_bits() or self.vector_count() <= EXACT_KNN_MAX_ROWS:
+        coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
+        rows = self.vector_count()
+        if not self._has_bits() or rows <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
                 "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
@@ -410,7 +416,6 @@ class Store:
             ).fetchall()
             hits = [(int(r[2]), float(r[1])) for r in rows]
         else:
-            coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
             ids = [
                 int(r[0])
                 for r in self.conn.execute(
