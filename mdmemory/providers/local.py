@@ -211,12 +211,15 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.max_input_tokens = context_size or 512  # replaced by the real limit in load()
         self._llm: Any = None
         self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load())
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # loading, embedding and closing
+        self._vocab_lock = threading.Lock()  # tokenizing (read-only in llama.cpp: it need not wait for an embedding)
         self._runner = Runner(f"mdmemory-{self.id}")  # every llama.cpp computation runs on its thread
 
     # -- loading ------------------------------------------------------------------------------------
     def load(self) -> None:
         """Resolve and load the model now (idempotent); then ``dims`` and ``max_input_tokens`` are exact."""
+        if self._llm is not None:  # loaded: no lock (it is held for a whole batch of embeddings)
+            return
         with self._lock:
             if self._llm is not None:
                 return
@@ -242,7 +245,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     def close(self) -> None:
         with self._lock:
-            llm, self._llm = self._llm, None
+            with self._vocab_lock:
+                llm, self._llm = self._llm, None
             if llm is not None:
                 llm.close()
         self._runner.close()
@@ -305,7 +309,10 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         return self._runner.submit(work)
 
     def _tokenize(self, text: str) -> list[int]:
-        self.load()
-        with self._lock:
-            data = text.encode("utf-8", errors="replace")
-            return list(self._llm.tokenize(data, add_bos=True, special=False))
+        data = text.encode("utf-8", errors="replace")
+        while True:
+            self.load()
+            with self._vocab_lock:
+                llm = self._llm
+                if llm is not None:  # else closed between load() and here: load again
+                    return list(llm.tokenize(data, add_bos=True, special=False))

@@ -406,8 +406,8 @@ class Store:
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
-        rows = self.vector_count()
-        if not self._has_bits() or rows <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
+        stored = self.vector_count()
+        if not self._has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
                 "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
