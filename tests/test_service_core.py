@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -126,6 +128,47 @@ def test_concurrent_retains_never_interleave(tmp_path: Path) -> None:
         t.join()
     found, torn = blocks.blocks((tmp_path / "ws" / "sessions" / "2026-11-23.md").read_text())
     assert torn is None and sorted(b.entry_id for b in found) == sorted(f"hist1_{i}" for i in range(40))
+
+
+def test_concurrent_retains_share_fsyncs_and_each_returns_after_one_that_covers_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mdmemory.service.sessionlog as sessionlog_mod
+
+    log = _log(tmp_path)
+    path = tmp_path / "ws" / "sessions" / "2026-11-23.md"
+    real_fsync = os.fsync
+    synced_sizes: list[int] = []  # the file's size at each fsync of it: what that fsync made durable
+
+    def slow_fsync(fd: int) -> None:  # a slow disk: 20 ms an fsync
+        time.sleep(0.02)
+        real_fsync(fd)
+        if os.path.samestat(os.fstat(fd), os.stat(path)):
+            synced_sizes.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(sessionlog_mod.os, "fsync", slow_fsync)
+    returned: list[tuple[str, int]] = []  # (entry id, the largest synced size when its retain returned)
+    lock = threading.Lock()
+
+    def client(k: int) -> None:
+        for i in range(5):
+            status, eid = log.retain(openai_entry(f"q {k} {i}", "a", id=f"hist1_{k}_{i}"))
+            assert status == "retained"
+            with lock:
+                returned.append((eid, max(synced_sizes, default=0)))
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    text = path.read_text(encoding="utf-8")
+    found, torn = blocks.blocks(text)
+    assert torn is None and len(found) == 40
+    assert len(synced_sizes) < 40  # shared: fewer fsyncs than retains
+    for eid, durable in returned:  # every retain returned after an fsync that covered its block
+        end = text.index(eid) + len(eid)
+        assert len(text[:end].encode("utf-8")) <= durable
 
 
 def test_bad_timezone_and_ts_name_the_field(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """One agent's retained turns: ``sessions/YYYY-MM-DD.md`` blocks and ``sessions/.tombstones.jsonl``.
 
-- ``retain`` appends one block (mdmemory.service.blocks) with a single ``write`` then ``fsync``, under this
-  object's thread lock and the file lock every mdmemory writer of that folder takes (``.mdmemory.lock``, the
-  same name ``remember`` uses), so concurrent retains never interleave and ``watch`` / ``index`` never wait on
-  it for more than one append: they take the index's own writer lock, never this one.
+- ``retain`` appends one block (mdmemory.service.blocks) with a single ``write``, under this object's thread
+  lock and the file lock every mdmemory writer of that folder takes (``.mdmemory.lock``, the same name
+  ``remember`` uses), so concurrent retains never interleave and ``watch`` / ``index`` never wait on it for
+  more than one append: they take the index's own writer lock, never this one. It returns once an ``fsync``
+  begun after its append has ended: concurrent retains share one (group commit).
 - Duplicates are found in memory: the entry ids of every block heading and every tombstone, loaded once
   and loaded again when a file of the folder changed behind our back (hand edits: size or mtime differ).
 - Loading repairs what a crash can leave: a torn last block (no closing line) is cut, a torn last
@@ -93,6 +94,12 @@ class SessionLog:
         self.agent = agent
         self.dir = Path(agent.workspace) / SESSIONS_DIR
         self._lock = threading.Lock()
+        # Group commit: a retain appends under the lock, then waits until an fsync that began after its
+        # append has ended; one fsync serves every retain appended before it (8 clients: one, not eight).
+        self._sync_lock = threading.Lock()
+        self._appended = 0  # appends so far (under _lock)
+        self._durable = 0  # appends made durable so far (under _sync_lock)
+        self._unsynced: set[Path] = set()  # files appended to since their last fsync (under _lock)
         self._ids: set[str] = set()
         self._tombstoned: set[str] = set()
         self._seen: tuple[Any, ...] | None = None
@@ -196,7 +203,34 @@ class SessionLog:
             self._append(path, day, block)
             self._ids.add(eid)
             self._seen = self._signature()
+            self._unsynced.add(path)
+            self._appended += 1
+            mine = self._appended
+        self._make_durable(mine)
         return "retained", eid
+
+    def _make_durable(self, seq: int) -> None:
+        """Return once append number ``seq`` is on disk (fsync), syncing every file appended to since the
+        last fsync if no other retain did it meanwhile. An fsync that fails raises (the retain is not
+        acknowledged) and leaves its files for the next one to try."""
+        with self._sync_lock:
+            if self._durable >= seq:
+                return
+            with self._lock:
+                paths, self._unsynced = self._unsynced, set()
+                upto = self._appended
+            try:
+                for path in sorted(paths):
+                    fd = os.open(path, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            except OSError:
+                with self._lock:
+                    self._unsynced |= paths
+                raise
+            self._durable = upto
 
     def _append(self, path: Path, day: str, block: str) -> None:
         created = not path.exists()
@@ -207,8 +241,7 @@ class SessionLog:
             if size > 0:
                 last = os.pread(fd, 2, size - min(size, 2))
                 prefix = "" if last.endswith(b"\n\n") else "\n" if last.endswith(b"\n") else "\n\n"
-            _write_all(fd, (prefix + block).encode("utf-8"))
-            os.fsync(fd)
+            _write_all(fd, (prefix + block).encode("utf-8"))  # made durable by _make_durable
         finally:
             os.close(fd)
         if created:
