@@ -464,8 +464,11 @@ def _prune_common(store: Store, terms: list[str]) -> list[str]:
     if len(terms) < 2 or total < 2:
         return terms
     limit = int(total * PRUNE_FRACTION) if total >= PRUNE_MIN_CHUNKS else (total + 1) // 2
-    rare = [t for t in terms if store.term_frequency_at_least(fts_match([t]) or "", limit) < limit]
-    return rare or terms
+    counts = {t: store.term_frequency_at_least(fts_match([t]) or "", limit) for t in terms}
+    rare = [t for t in terms if counts[t] < limit]
+    # only when a rarer term matches something: else the query would match nothing (a tiny index, where one
+    # chunk of two is half of them, or rare terms that are in no chunk at all)
+    return rare if any(counts[t] > 0 for t in rare) else terms
 
 
 def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring: str) -> dict[int, float]:

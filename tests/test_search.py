@@ -367,3 +367,17 @@ def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_stat
     got = mem.store.keyword_matches(match, 5)
     assert got == expected and len(got) == 5
     assert any("kingfisher" in words and "heron" in words for _, _, words in got)
+
+
+def test_pruning_never_leaves_a_query_that_matches_nothing(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    write(workspace / "memory" / "2026-03-01.md", "# Day 1\n\nAnn adopted a cat.\n")
+    write(workspace / "memory" / "2026-03-02.md", "# Day 2\n\nBo planted tomatoes with Ann.\n")
+    mem = make_memory(provider="none")
+    mem.sync()
+    # two chunks: "adopt" is in half of them, "ann" in all (both weigh zero in FTS5): kept, or nothing matches
+    assert mem.search("ann adopt", min_score=0)["results"][0]["path"] == "memory/2026-03-01.md"
+    # "zebra" is rarer than "ann" but in no chunk at all: "ann" is kept
+    assert {r["path"] for r in mem.search("ann zebra", min_score=0)["results"]} == {
+        "memory/2026-03-01.md",
+        "memory/2026-03-02.md",
+    }
