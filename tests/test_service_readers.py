@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from mdmemory.config import load_config
-from mdmemory.service.agents import Agents
+from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.readers import Readers
 from tests.conftest import write
 
 
-def agents_for(tmp_path: Path, workspace: Path) -> Agents:
+@contextlib.contextmanager
+def served(tmp_path: Path, workspace: Path, note: str) -> Iterator[Agent]:
+    """The service's agent for ``workspace`` (keyword-only), holding ``note``, caught up."""
+    write(workspace / "memory" / "2026-03-01.md", note)
     cfg = tmp_path / "cfg.json"
     ms = {"provider": "none", "store": {"path": str(tmp_path / "state" / "{agentId}.sqlite")}}
     cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
-    return Agents(load_config(cfg))
-
-
-def test_recalls_borrow_separate_connections_up_to_the_pool_size(tmp_path: Path, workspace: Path) -> None:
-    write(workspace / "memory" / "2026-03-01.md", "# Day\n\nThe kingfisher nests by the mill.\n")
-    agents = agents_for(tmp_path, workspace)
+    agents = Agents(load_config(cfg))
     try:
         agent = agents.get("main")
         agent.catch_up()
+        yield agent
+    finally:
+        agents.close()
+
+
+def test_recalls_borrow_separate_connections_up_to_the_pool_size(tmp_path: Path, workspace: Path) -> None:
+    with served(tmp_path, workspace, "# Day\n\nThe kingfisher nests by the mill.\n") as agent:
         pool = Readers(agent.memory, size=2)
         inside = threading.Barrier(2, timeout=10)
         seen: list[int] = []
@@ -47,16 +54,10 @@ def test_recalls_borrow_separate_connections_up_to_the_pool_size(tmp_path: Path,
             third.append(id(mem.store.conn))
         assert third[0] in seen
         pool.close()
-    finally:
-        agents.close()
 
 
 def test_a_reader_sees_a_hand_edit_only_after_the_agent_caught_up(tmp_path: Path, workspace: Path) -> None:
-    write(workspace / "memory" / "2026-03-01.md", "# Day\n\nThe otter swam upstream.\n")
-    agents = agents_for(tmp_path, workspace)
-    try:
-        agent = agents.get("main")
-        agent.catch_up()
+    with served(tmp_path, workspace, "# Day\n\nThe otter swam upstream.\n") as agent:
         write(workspace / "memory" / "2026-03-02.md", "# Day 2\n\nA heron waited on the weir.\n")
         with agent.readers.reader() as mem:
             assert mem.search("heron")["results"] == []  # a reader never indexes: the agent's memory does
@@ -64,5 +65,3 @@ def test_a_reader_sees_a_hand_edit_only_after_the_agent_caught_up(tmp_path: Path
         agent.catch_up()
         with agent.readers.reader() as mem:
             assert mem.search("heron")["results"][0]["path"] == "memory/2026-03-02.md"
-    finally:
-        agents.close()
