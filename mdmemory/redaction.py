@@ -41,9 +41,10 @@ Imports nothing of ours, so any module may use it.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from mdmemory.lazyre import LazyPattern, lazy
 
 __all__ = ["KINDS", "find_secrets", "redact"]
 
@@ -51,7 +52,7 @@ __all__ = ["KINDS", "find_secrets", "redact"]
 @dataclass(frozen=True, slots=True)
 class _Rule:
     kind: str
-    pattern: re.Pattern[str]
+    pattern: LazyPattern
     group: int = 0
     """Which group is the secret (0: the whole match; a prefix such as ``Bearer `` is kept otherwise)."""
     check: Callable[[str], bool] | None = None
@@ -60,7 +61,7 @@ class _Rule:
     """Run on the text in lower case (a written-lower-case pattern instead of a slow ``(?i)`` one)."""
 
 
-_PLACEHOLDER = re.compile(r"(?i)^<.*>$|^\$\{|^\{\{|x{4}|\*{3}|\.{3}|redacted|example|your[_-]")
+_PLACEHOLDER = lazy(r"(?i)^<.*>$|^\$\{|^\{\{|x{4}|\*{3}|\.{3}|redacted|example|your[_-]")
 
 
 def _mixed(value: str) -> bool:
@@ -91,47 +92,45 @@ def _token(value: str) -> bool:
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         "private_key",
-        re.compile(
+        lazy(
             r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
             r"(?:[^-]|-(?!----END ))*-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----"
             r"|-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=:,\- ]{16,})*"
         ),
     ),
-    _Rule("jwt", re.compile(r"eyJ(?<![A-Za-z0-9_]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
-    _Rule("anthropic_key", re.compile(r"sk-(?<![A-Za-z0-9_]sk-)ant-[A-Za-z0-9_-]{20,}"), check=_token),
+    _Rule("jwt", lazy(r"eyJ(?<![A-Za-z0-9_]eyJ)[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
+    _Rule("anthropic_key", lazy(r"sk-(?<![A-Za-z0-9_]sk-)ant-[A-Za-z0-9_-]{20,}"), check=_token),
     _Rule(
         "openai_key",
-        re.compile(r"sk-(?<![A-Za-z0-9_]sk-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}"),
+        lazy(r"sk-(?<![A-Za-z0-9_]sk-)(?:proj-|svcacct-|admin-|None-)?[A-Za-z0-9_-]{20,}"),
         check=lambda v: _token(v[3:]) and sum(c.isalnum() for c in v) >= 20,
     ),
     _Rule(
         "github_token",
-        re.compile(
-            r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{36,255}|ithub_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])"
-        ),
+        lazy(r"g(?<![A-Za-z0-9_]g)(?:h[pousr]_[A-Za-z0-9]{36,255}|ithub_pat_[A-Za-z0-9_]{22,255})(?![A-Za-z0-9_])"),
     ),
-    _Rule("slack_token", re.compile(r"x(?<![A-Za-z0-9_]x)(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}"), check=_token),
+    _Rule("slack_token", lazy(r"x(?<![A-Za-z0-9_]x)(?:ox[abposr]|app)-[A-Za-z0-9-]{10,}"), check=_token),
     _Rule(
         "slack_token",
-        re.compile(r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+"),
+        lazy(r"https://hooks\.slack\.com/services/T[A-Za-z0-9_]+/B[A-Za-z0-9_]+/[A-Za-z0-9_]+"),
     ),
     _Rule(
         "aws_access_key",
-        re.compile(r"A(?<![A-Za-z0-9_]A)(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9_])"),
+        lazy(r"A(?<![A-Za-z0-9_]A)(?:3T[A-Z0-9]|KIA|SIA|BIA|CCA)[A-Z0-9]{16}(?![A-Za-z0-9_])"),
     ),
     _Rule(
         "aws_secret_key",
-        re.compile(
+        lazy(
             r"aws(?<![a-z0-9]aws)_?(?:secret_?(?:access_?)?key|secret)[\"']?[ \t]*[:=][ \t]*[\"']?"
             r"([A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"
         ),
         group=1,
         lowered=True,
     ),
-    _Rule("url_password", re.compile(r"://[^\s:/?#@\[\]]{1,256}:([^\s/?#@\[\]]{1,256})@"), group=1),
+    _Rule("url_password", lazy(r"://[^\s:/?#@\[\]]{1,256}:([^\s/?#@\[\]]{1,256})@"), group=1),
     _Rule(
         "bearer_token",
-        re.compile(r"bearer(?<![a-z0-9_]bearer)[ \t]+([a-z0-9._~+/-]{16,}=*)"),
+        lazy(r"bearer(?<![a-z0-9_]bearer)[ \t]+([a-z0-9._~+/-]{16,}=*)"),
         group=1,
         check=_token,
         lowered=True,
@@ -139,7 +138,7 @@ _RULES: tuple[_Rule, ...] = (
     *(
         _Rule(
             "keyed_secret",
-            re.compile(
+            lazy(
                 rf"{key[0]}(?<![a-z0-9]{key[0]}){key[1:]}[\"']?[ \t]*[:=][ \t]*[\"']?([^\s\"',;{{}}()\[\]<>`]{{8,256}})"
             ),
             group=1,
@@ -159,8 +158,8 @@ KINDS: tuple[str, ...] = tuple(dict.fromkeys(rule.kind for rule in _RULES))
 _PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
 
 
-_B64_LINE = re.compile(r"[A-Za-z0-9+/]{64}")
-_B64_TAIL = re.compile(r"[A-Za-z0-9+/]{1,64}={0,2}")
+_B64_LINE = lazy(r"[A-Za-z0-9+/]{64}")
+_B64_TAIL = lazy(r"[A-Za-z0-9+/]{1,64}={0,2}")
 PEM_BODY_LINES = 3
 """This many 64-character base64 lines in a row are PEM key material even without BEGIN/END lines in view
 (a chunk or a pack range can hold the middle of a key); a public certificate looks the same and goes too."""

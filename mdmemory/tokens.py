@@ -8,8 +8,9 @@ through the ``TokenCounter`` hook.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
+
+from mdmemory.lazyre import lazy
 
 TokenCounter = Callable[[str], int]
 """Returns the number of tokens a text costs. ``estimate_tokens`` is the default."""
@@ -31,8 +32,8 @@ _CJK_RANGES = (
     "\uff00-\uffef"  # half-width and full-width forms
     "\U00020000-\U0002ebef"  # extensions B-F
 )
-CJK_CHAR = re.compile(f"[{_CJK_RANGES}]")
-CJK_RUN = re.compile(f"[{_CJK_RANGES}]+")
+CJK_CHAR = lazy(f"[{_CJK_RANGES}]")
+CJK_RUN = lazy(f"[{_CJK_RANGES}]+")
 
 
 def is_cjk(ch: str) -> bool:
