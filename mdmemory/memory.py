@@ -97,7 +97,8 @@ class Memory(ProviderSelection):
         # A long-lived caller answering many searches a second (the service) sets this: a search then
         # catches up with the files at most once per interval; ``changed()`` makes the next one catch up.
         self.catch_up_interval = 0.0
-        self._caught_up: tuple[float, tuple[bool, list[str]]] | None = None
+        self._changes = 0  # bumped by changed(): a catch-up that began before a write does not cover it
+        self._caught_up: tuple[float, int, tuple[bool, list[str]]] | None = None
         self.catches_up = True  # False for a second reader of an index another object keeps up to date
 
     @classmethod
@@ -487,17 +488,20 @@ class Memory(ProviderSelection):
 
     def changed(self) -> None:
         """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""
-        self._caught_up = None
+        self._changes += 1
 
     @property
     def change_announced(self) -> bool:
-        """Whether ``changed()`` was called (or nothing caught up yet) since the last catch-up."""
-        return self._caught_up is None
+        """Whether ``changed()`` was called (or nothing caught up yet) since the last catch-up began."""
+        last = self._caught_up
+        return last is None or last[1] != self._changes
 
     def catch_up_due(self) -> bool:
         """Whether the next search would catch up with the files (see ``catch_up_interval``)."""
         last = self._caught_up
-        return last is None or time.monotonic() - last[0] >= self.catch_up_interval
+        if last is None or last[1] != self._changes:
+            return True
+        return time.monotonic() - last[0] >= self.catch_up_interval
 
     def catch_up(self) -> tuple[bool, list[str]]:
         """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
@@ -512,12 +516,12 @@ class Memory(ProviderSelection):
 
         if not self.catches_up:
             return False, []
-        now = time.monotonic()
+        now, changes = time.monotonic(), self._changes
         last = self._caught_up
-        if last is not None and now - last[0] < self.catch_up_interval:
-            return last[1][0], list(last[1][1])
+        if last is not None and last[1] == changes and now - last[0] < self.catch_up_interval:
+            return last[2][0], list(last[2][1])
         result = catchup.before_search(self)
-        self._caught_up = (now, result) if self.catch_up_interval > 0 else None
+        self._caught_up = (now, changes, result) if self.catch_up_interval > 0 else None
         return result
 
 

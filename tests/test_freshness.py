@@ -341,3 +341,27 @@ def test_a_catch_up_interval_lets_searches_skip_the_file_walk_until_it_passes_or
     mem.catch_up_interval = 0.0  # the default: every search catches up
     write(workspace / "memory" / "2026-03-22.md", "# Day 22\n\nAn avocet flew over.\n")
     assert mem.search("avocet")["results"][0]["path"] == "memory/2026-03-22.md"
+
+
+def test_a_write_announced_while_a_catch_up_runs_is_caught_up_by_the_next_search(
+    workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdmemory import catchup
+
+    notes(workspace, 2)
+    mem = make_memory(provider="none")
+    mem.sync()
+    mem.catch_up_interval = 60.0
+    real = catchup.before_search
+
+    def scan_then_a_retain_lands(m: Memory) -> tuple[bool, list[str]]:
+        result = real(m)  # the files are walked...
+        write(workspace / "memory" / "2026-03-20.md", "# Day 20\n\nA kingfisher dived into the pond.\n")
+        m.changed()  # ...and a write is announced before this catch-up has recorded itself
+        return result
+
+    monkeypatch.setattr(catchup, "before_search", scan_then_a_retain_lands)
+    assert mem.search("kingfisher")["results"] == []
+    monkeypatch.setattr(catchup, "before_search", real)
+    assert mem.change_announced and mem.catch_up_due()
+    assert mem.search("kingfisher")["results"][0]["path"] == "memory/2026-03-20.md"  # not skipped for 60 s
