@@ -8,6 +8,8 @@ import sqlean
 
 from mdmemory.store.connection import transaction
 
+FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # keyword terms: folded, stemmed (see store/terms.py)
+
 _M1_STATEMENTS = [
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)
@@ -107,7 +109,7 @@ def _m2_stemming_and_windows(conn: sqlean.Connection) -> None:
     conn.execute("DROP TABLE chunks_fts")
     conn.execute(
         "CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='chunks', content_rowid='id', "
-        "tokenize='porter unicode61 remove_diacritics 2')"
+        f"tokenize='{FTS_TOKENIZE}')"
     )
     conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
     conn.execute(

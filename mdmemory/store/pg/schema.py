@@ -1,0 +1,104 @@
+"""Numbered migrations of the shared PostgreSQL schema (``store.schema``, default ``mdmemory``).
+
+Every agent lives in the same tables, its rows keyed by ``agent_id`` and by the index ``gen``eration they
+belong to (a rebuild writes a new generation and switches it live in one transaction). Rows with an agent
+id rather than a schema per agent: hundreds of agents would otherwise mean hundreds of copies of every
+table and index in the catalog, and one migration per agent. Vector search stays exact to an agent with a
+partial HNSW index per (agent, generation, dimensions) instead of filtering a global one (pgvector 0.6
+returns fewer than k rows when a filter drops most of an index's nearest neighbours).
+
+Keyword search keeps its own postings of FTS5's terms (``mdmemory.store.terms``) so that BM25 is computed
+exactly as SQLite's FTS5 does (``mdmemory.store.pg.keyword``).
+
+Migrations run under a transaction-level advisory lock: several processes opening a new database at once
+apply each one exactly once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from mdmemory.errors import StoreError
+
+SCHEMA_VERSION = 1
+MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+def check_schema_name(name: str) -> str:
+    if not _IDENTIFIER.match(name):
+        raise StoreError(
+            f"store.schema {name!r} is not a plain PostgreSQL name: use lower-case letters, digits and _ "
+            "(at most 63, not starting with a digit)",
+            kind="config",
+        )
+    return name
+
+
+def _m1_initial(cur: Any, s: str) -> None:
+    for statement in (
+        "CREATE EXTENSION IF NOT EXISTS vector",
+        f"""CREATE TABLE {s}.generations (
+            agent_id text NOT NULL, gen bigint NOT NULL, state text NOT NULL, identity jsonb,
+            created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (agent_id, gen))""",
+        f"""CREATE TABLE {s}.meta (
+            agent_id text NOT NULL, gen bigint NOT NULL, key text NOT NULL, value jsonb NOT NULL,
+            PRIMARY KEY (agent_id, gen, key))""",
+        f"""CREATE TABLE {s}.files (
+            agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL, source text NOT NULL,
+            hash text NOT NULL, mtime double precision NOT NULL, size bigint NOT NULL,
+            PRIMARY KEY (agent_id, gen, path))""",
+        f"""CREATE TABLE {s}.chunks (
+            id bigserial PRIMARY KEY, agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL,
+            source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL, hash text NOT NULL,
+            embed_hash text NOT NULL, heading text, text text NOT NULL, tokens integer NOT NULL)""",
+        f"CREATE INDEX chunks_file ON {s}.chunks (agent_id, gen, path)",
+        f"""CREATE TABLE {s}.token_totals (
+            agent_id text NOT NULL, gen bigint NOT NULL, chunks bigint NOT NULL, tokens bigint NOT NULL,
+            PRIMARY KEY (agent_id, gen))""",
+        f"""CREATE TABLE {s}.postings (
+            agent_id text NOT NULL, gen bigint NOT NULL, term text NOT NULL, chunk_id bigint NOT NULL
+            REFERENCES {s}.chunks (id) ON DELETE CASCADE, in_text integer NOT NULL, in_heading integer NOT NULL,
+            PRIMARY KEY (agent_id, gen, term, chunk_id))""",
+        f"CREATE INDEX postings_chunk ON {s}.postings (chunk_id)",
+        f"""CREATE TABLE {s}.vectors (
+            id bigserial PRIMARY KEY, agent_id text NOT NULL, gen bigint NOT NULL, chunk_id bigint NOT NULL
+            REFERENCES {s}.chunks (id) ON DELETE CASCADE, hash text NOT NULL, dims integer NOT NULL,
+            embedding vector NOT NULL)""",
+        f"CREATE INDEX vectors_chunk ON {s}.vectors (chunk_id)",
+        f"""CREATE TABLE {s}.embedding_cache (
+            provider_key text NOT NULL, hash text NOT NULL, dims integer NOT NULL, embedding vector NOT NULL,
+            updated_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (provider_key, hash))""",
+    ):
+        cur.execute(statement)
+
+
+MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial}
+
+
+def migrate(conn: Any, schema: str) -> int:
+    """Bring ``schema`` to ``SCHEMA_VERSION`` (each migration in its own transaction); returns the version.
+
+    A database whose schema is newer than this mdmemory raises ``StoreError(kind="schema")``."""
+    s = check_schema_name(schema)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        cur.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+        cur.execute(
+            f"CREATE TABLE IF NOT EXISTS {s}.migrations (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur.execute(f"SELECT coalesce(max(version), 0) FROM {s}.migrations")
+        version = int(cur.fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the PostgreSQL schema {s} is at version {version}, newer than this mdmemory understands "
+                f"({SCHEMA_VERSION}): upgrade mdmemory, or point store.schema at another schema",
+                kind="schema",
+            )
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            MIGRATIONS[number](cur, s)
+            cur.execute(f"INSERT INTO {s}.migrations (version) VALUES (%s)", (number,))
+    return SCHEMA_VERSION
