@@ -53,8 +53,10 @@ def _m1_initial(cur: Any, s: str) -> None:
         f"""CREATE TABLE {s}.chunks (
             id bigserial PRIMARY KEY, agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL,
             source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL, hash text NOT NULL,
-            embed_hash text NOT NULL, heading text, text text NOT NULL, tokens integer NOT NULL)""",
+            embed_hash text NOT NULL, heading text, text text NOT NULL, tokens integer NOT NULL,
+            pending boolean NOT NULL DEFAULT false)""",
         f"CREATE INDEX chunks_file ON {s}.chunks (agent_id, gen, path)",
+        f"CREATE INDEX chunks_pending ON {s}.chunks (agent_id, gen, id) WHERE pending",
         f"""CREATE TABLE {s}.token_totals (
             agent_id text NOT NULL, gen bigint NOT NULL, chunks bigint NOT NULL, tokens bigint NOT NULL,
             PRIMARY KEY (agent_id, gen))""",

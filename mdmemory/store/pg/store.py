@@ -1,0 +1,282 @@
+"""One agent's index in the shared PostgreSQL schema: generations, the writer lock, files and their rows.
+
+- **Generations.** Every row belongs to a generation of the agent's index. Readers use the ``live`` one; a
+  rebuild writes a ``building`` one beside it and ``switch_live`` makes it live and retires the old one in
+  one transaction, so a reader sees the whole old index or the whole new one, never half of each; a
+  writer killed mid-rebuild leaves a ``building`` generation no reader looks at (the next rebuild drops it).
+- **One writer per agent,** across hosts: a session-level advisory lock keyed by the agent id, held by
+  ``writer()``; a second writer gets ``LockError`` at once (or after ``wait`` seconds), as with SQLite.
+- **Each file's rows are replaced in one transaction** (chunks, keyword postings, vectors, the file row).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mdmemory.errors import LockError, StoreError
+from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
+from mdmemory.store.pg import keyword, vectors
+from mdmemory.store.pg.connection import connect
+from mdmemory.store.pg.schema import check_schema_name, migrate
+
+if TYPE_CHECKING:
+    import numpy as np
+
+LOCK_POLL_SECONDS = 0.05
+
+
+def _lock_key(agent_id: str) -> int:
+    """A signed 64-bit advisory lock key for the agent's writer lock."""
+    return int.from_bytes(hashlib.sha256(f"mdmemory-writer\0{agent_id}".encode()).digest()[:8], "big", signed=True)
+
+
+class PgStore:
+    """The index of ``agent_id`` in schema ``schema`` of the database at ``url``."""
+
+    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory") -> None:
+        self.agent_id = agent_id
+        self.schema = check_schema_name(schema)
+        self.conn = connect(url)
+        migrate(self.conn, self.schema)
+        self.gen = self._live_generation()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> PgStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- generations ------------------------------------------------------------------------------
+    def _live_generation(self) -> int:
+        """The live generation (the first one is created live, empty)."""
+        s = self.schema
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {s}.generations (agent_id, gen, state) VALUES (%s, 1, 'live') ON CONFLICT DO NOTHING",
+                (self.agent_id,),
+            )
+            cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
+            return int(cur.fetchone()[0])
+
+    def refresh(self) -> bool:
+        """Follow a switch another process made; True when the live generation changed."""
+        live = self._live_generation()
+        changed, self.gen = live != self.gen, live
+        return changed
+
+    def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
+        """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
+        s = self.schema
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'building'", (self.agent_id,))
+            for (old,) in cur.fetchall():
+                self._drop_generation(cur, int(old))
+            cur.execute(f"SELECT coalesce(max(gen), 0) + 1 FROM {s}.generations WHERE agent_id = %s", (self.agent_id,))
+            gen = int(cur.fetchone()[0])
+            cur.execute(
+                f"INSERT INTO {s}.generations (agent_id, gen, state, identity) VALUES (%s, %s, 'building', %s)",
+                (self.agent_id, gen, json.dumps(identity) if identity is not None else None),
+            )
+        return gen
+
+    def switch_live(self, gen: int) -> None:
+        """Make ``gen`` live and drop the old live generation, in one transaction."""
+        s = self.schema
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live' FOR UPDATE", (self.agent_id,)
+            )
+            old = [int(r[0]) for r in cur.fetchall()]
+            cur.execute(
+                f"UPDATE {s}.generations SET state = 'live' WHERE agent_id = %s AND gen = %s AND state = 'building'",
+                (self.agent_id, gen),
+            )
+            if cur.rowcount != 1:
+                raise StoreError(f"generation {gen} of agent {self.agent_id!r} is not being built", kind="error")
+            for g in old:
+                self._drop_generation(cur, g)
+        self.gen = gen
+
+    def _drop_generation(self, cur: Any, gen: int) -> None:
+        s, a = self.schema, self.agent_id
+        cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
+        dims = [int(r[0]) for r in cur.fetchall()]
+        for table in ("vectors", "postings", "chunks", "files", "meta", "token_totals", "generations"):
+            cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
+        vectors.drop_indexes(cur, s, a, gen, dims)
+
+    # -- the writer lock --------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def writer(self, wait: float = 0.0) -> Iterator[None]:
+        """Hold the agent's writer lock (every host, every process) for the block."""
+        key = _lock_key(self.agent_id)
+        deadline = time.monotonic() + wait
+        while True:
+            got = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+            self.conn.commit()
+            if got:
+                break
+            if time.monotonic() >= deadline:
+                raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
+            time.sleep(LOCK_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            self.conn.commit()
+
+    # -- meta and files ---------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None, gen: int | None = None) -> Any:
+        row = self.conn.execute(
+            f"SELECT value FROM {self.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
+            (self.agent_id, self.gen if gen is None else gen, key),
+        ).fetchone()
+        self.conn.commit()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: Any, gen: int | None = None) -> None:
+        with self.conn.transaction():
+            self.conn.execute(
+                f"INSERT INTO {self.schema}.meta (agent_id, gen, key, value) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (agent_id, gen, key) DO UPDATE SET value = EXCLUDED.value",
+                (self.agent_id, self.gen if gen is None else gen, key, json.dumps(value)),
+            )
+
+    def files(self, gen: int | None = None) -> dict[str, FileRow]:
+        rows = self.conn.execute(
+            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, (SELECT count(*) FROM {self.schema}.chunks c "
+            "WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path) "
+            f"FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
+            (self.agent_id, self.gen if gen is None else gen),
+        ).fetchall()
+        self.conn.commit()
+        return {r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), chunks=int(r[5])) for r in rows}
+
+    def replace_file(
+        self,
+        file: FileRow,
+        chunks: Sequence[ChunkRow],
+        vecs: Sequence[ChunkVectors | None] | None,
+        gen: int | None = None,
+    ) -> list[int]:
+        """Replace every row of ``file.path`` with ``chunks`` (and their vectors: see the SQLite store's
+        ``replace_file``; None for a chunk marks it pending) in one transaction. Returns the chunk ids."""
+        if vecs is not None and len(vecs) != len(chunks):
+            raise StoreError(f"{file.path}: vectors for {len(vecs)} chunks, but {len(chunks)} chunks")
+        s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            self._delete_rows(cur, file.path, g)
+            ids: list[int] = []
+            for i, c in enumerate(chunks):
+                cur.execute(
+                    f"INSERT INTO {s}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
+                    "heading, text, tokens, pending) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s) "
+                    "RETURNING id",
+                    (
+                        a,
+                        g,
+                        file.path,
+                        file.source,
+                        c.start_line,
+                        c.end_line,
+                        c.hash,
+                        c.embed_hash,
+                        c.heading or None,
+                        c.text,
+                        vecs is not None and vecs[i] is None,
+                    ),
+                )
+                ids.append(int(cur.fetchone()[0]))
+            keyword.add_postings(cur, s, a, g, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
+            if vecs is not None:
+                rows = [
+                    (cid, digest, row)
+                    for cid, cv in zip(ids, vecs, strict=True)
+                    if cv is not None
+                    for digest, row in zip(cv[0], cv[1], strict=True)
+                ]
+                if rows:
+                    vectors.add_vectors(cur, s, a, g, rows)
+            cur.execute(
+                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size) VALUES (%s, %s, %s, %s, %s, "
+                "%s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET source = EXCLUDED.source, hash = "
+                "EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size",
+                (a, g, file.path, file.source, file.hash, file.mtime, file.size),
+            )
+        return ids
+
+    def delete_file(self, path: str, gen: int | None = None) -> None:
+        """Remove a file and every row derived from it, in one transaction."""
+        g = self.gen if gen is None else gen
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            self._delete_rows(cur, path, g)
+            cur.execute(
+                f"DELETE FROM {self.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
+                (self.agent_id, g, path),
+            )
+
+    def _delete_rows(self, cur: Any, path: str, gen: int) -> None:
+        cur.execute(
+            f"SELECT id FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND path = %s",
+            (self.agent_id, gen, path),
+        )
+        keyword.remove_chunks(cur, self.schema, self.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
+
+    # -- reading ----------------------------------------------------------------------------------
+    def chunk_count(self) -> int:
+        row = self.conn.execute(
+            f"SELECT chunks FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s", (self.agent_id, self.gen)
+        ).fetchone()
+        self.conn.commit()
+        return int(row[0]) if row else 0
+
+    def pending_count(self) -> int:
+        row = self.conn.execute(
+            f"SELECT count(*) FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND pending",
+            (self.agent_id, self.gen),
+        ).fetchone()
+        self.conn.commit()
+        return int(row[0])
+
+    def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        rows = self.conn.execute(
+            f"SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM {self.schema}.chunks "
+            "WHERE agent_id = %s AND gen = %s AND id = ANY(%s)",
+            (self.agent_id, self.gen, list(ids)),
+        ).fetchall()
+        self.conn.commit()
+        return {int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0])) for r in rows}
+
+    def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
+        """The ``k`` best chunks for an OR of ``words`` by FTS5's BM25, with the query terms each holds."""
+        terms = keyword.query_terms(words)
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
+            cur.execute(
+                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
+                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
+            )
+            held: dict[int, set[str]] = {}
+            for cid, term in cur.fetchall():
+                held.setdefault(int(cid), set()).add(str(term))
+        return [(cid, rank, held.get(cid, set())) for cid, rank in ranked]
+
+    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
+                "WHERE agent_id = %s AND gen = %s",
+                (self.agent_id, self.gen),
+            )
+            per_chunk = float(cur.fetchone()[0] or 1.0)
+            return vectors.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)

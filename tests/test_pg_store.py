@@ -1,0 +1,123 @@
+"""One agent's index on a real PostgreSQL: files replaced whole, one writer per agent, generations switched
+in one transaction, a writer killed mid-rebuild leaving nothing a reader sees."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from mdmemory.errors import LockError
+from mdmemory.store.index import ChunkRow, FileRow
+from mdmemory.store.pg.store import PgStore
+from tests.pg_server import pg_url  # noqa: F401 - the fixture
+
+REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def schema(pg_url: str) -> Iterator[str]:  # noqa: F811 - the session fixture
+    name = "s_" + uuid.uuid4().hex[:12]
+    yield name
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+def note(path: str, *texts: str) -> tuple[FileRow, list[ChunkRow]]:
+    chunks = [ChunkRow(path, "memory", i + 1, i + 1, f"h{i}", f"e{i}", "Notes", t) for i, t in enumerate(texts)]
+    return FileRow(path, "memory", "hash-" + "-".join(texts)[:20], 1.0, 10), chunks
+
+
+def unit(rng: np.random.Generator, n: int, dims: int = 16) -> np.ndarray:
+    v = rng.normal(size=(n, dims)).astype(np.float32)
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_files_are_replaced_whole_and_searched_by_keyword_and_vector(pg_url: str, schema: str) -> None:  # noqa: F811
+    rng = np.random.default_rng(1)
+    with PgStore(pg_url, "a1", schema) as store:
+        f, chunks = note("memory/2026-03-01.md", "The backup runs nightly with restic.", "Dinner with Dana.")
+        vecs = unit(rng, 2)
+        ids = store.replace_file(f, chunks, [(["w0"], vecs[0:1]), None])
+        assert store.files()["memory/2026-03-01.md"].chunks == 2 and store.pending_count() == 1
+        got = store.keyword_matches(["backups", "nightly"], 5)
+        assert [cid for cid, _, _ in got] == [ids[0]] and got[0][2] == {"backup", "nightli"}
+        assert store.knn(vecs[0], 1) == [(ids[0], pytest.approx(0.0, abs=1e-5))]
+
+        f2, chunks2 = note("memory/2026-03-01.md", "Only lunch today.")
+        new = store.replace_file(f2, chunks2, [(["w1"], vecs[1:2])])
+        assert store.keyword_matches(["backup"], 5) == [] and store.chunk_count() == 1
+        assert set(store.chunks_by_ids(ids + new)) == set(new)  # the old rows are gone with their postings
+        with pytest.raises(ValueError):  # a bad row mid-transaction: nothing of it stays
+            store.replace_file(*note("memory/2026-03-01.md", "Broken write."), [(["a", "b"], vecs[0:1])])
+        assert store.keyword_matches(["lunch"], 5)[0][0] == new[0] and store.keyword_matches(["broken"], 5) == []
+        store.delete_file("memory/2026-03-01.md")
+        assert store.files() == {} and store.chunk_count() == 0
+
+
+def test_one_writer_per_agent(pg_url: str, schema: str) -> None:  # noqa: F811
+    with (
+        PgStore(pg_url, "a1", schema) as one,
+        PgStore(pg_url, "a1", schema) as two,
+        PgStore(pg_url, "a2", schema) as other,
+    ):
+        with one.writer():
+            with pytest.raises(LockError, match="a1"):
+                with two.writer(wait=0.2):
+                    pass
+            with other.writer():  # another agent writes at the same time
+                pass
+        with two.writer():  # released
+            pass
+
+
+def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url: str, schema: str) -> None:  # noqa: F811
+    with PgStore(pg_url, "a1", schema) as writer, PgStore(pg_url, "a1", schema) as reader:
+        writer.replace_file(*note("memory/a.md", "old kingfisher note"), None)
+        gen = writer.begin_generation({"provider": "none"})
+        writer.replace_file(*note("memory/a.md", "new heron note"), None, gen=gen)
+        assert [w for _, _, w in reader.keyword_matches(["kingfisher"], 5)] == [{"kingfish"}]
+        assert reader.keyword_matches(["heron"], 5) == []  # the building generation is invisible
+        writer.switch_live(gen)
+        assert reader.refresh() and reader.keyword_matches(["kingfisher"], 5) == []
+        assert len(reader.keyword_matches(["heron"], 5)) == 1
+
+
+def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str, schema: str) -> None:  # noqa: F811
+    script = textwrap.dedent(
+        f"""
+        import os, signal, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from mdmemory.store.index import ChunkRow, FileRow
+        from mdmemory.store.pg.store import PgStore
+        store = PgStore({pg_url!r}, "a1", {schema!r})
+        with store.writer():
+            gen = store.begin_generation()
+            for i in range(20):
+                row = FileRow(f"memory/{{i}}.md", "memory", "h", 1.0, 1)
+                store.replace_file(row, [ChunkRow(row.path, "memory", 1, 1, "h", "e", "", "half rebuilt osprey")], None,
+                                   gen=gen)
+            os.kill(os.getpid(), signal.SIGKILL)
+        """
+    )
+    with PgStore(pg_url, "a1", schema) as store:
+        store.replace_file(*note("memory/a.md", "the live egret note"), None)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+        assert done.returncode == -9, done.stderr.decode()[-2000:]
+        assert store.keyword_matches(["osprey"], 5) == [] and len(store.keyword_matches(["egret"], 5)) == 1
+        with store.writer():  # the killed writer's lock died with its session
+            gen = store.begin_generation()  # and its abandoned generation is dropped
+            store.replace_file(*note("memory/a.md", "rebuilt egret note"), None, gen=gen)
+            store.switch_live(gen)
+        assert [len(store.keyword_matches([w], 5)) for w in ("osprey", "rebuilt")] == [0, 1]
+        count = store.conn.execute(
+            f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)
+        ).fetchone()[0]
+        assert count == 0  # nothing of the killed rebuild is left
