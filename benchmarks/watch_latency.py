@@ -65,7 +65,7 @@ def main() -> None:
                 started = time.monotonic()
                 with open(target, "a") as fh:
                     fh.write(f"- note {n}: {word}\n")
-                while not reader.store.keyword(f'"{word}"', 1):
+                while not reader.store.keyword([word], 1):
                     if time.monotonic() - started > 30:
                         raise SystemExit(f"edit {n} not searchable after 30 s")
                     time.sleep(0.005)

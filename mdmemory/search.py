@@ -119,15 +119,9 @@ def keyword_terms(terms: Sequence[str]) -> list[str]:
     return content or list(terms)
 
 
-def fts_match(terms: Sequence[str]) -> str | None:
-    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
-    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
-    return " OR ".join(quoted) if quoted else None
-
-
-def cjk_match(query: str) -> tuple[str | None, list[str]]:
-    """For CJK runs in ``query``: a trigram MATCH expression (runs of 3+ characters, as overlapping
-    trigrams OR-joined) and the shorter runs, which the trigram index cannot match, as substrings."""
+def cjk_match(query: str) -> tuple[list[str], list[str]]:
+    """For CJK runs in ``query``: the overlapping character trigrams of runs of 3+ characters, and the
+    shorter runs, which a trigram index cannot match, as substrings."""
     trigrams: dict[str, None] = {}
     short: dict[str, None] = {}
     for run in CJK_RUN.findall(query):
@@ -136,8 +130,7 @@ def cjk_match(query: str) -> tuple[str | None, list[str]]:
                 trigrams.setdefault(run[i : i + 3], None)
         else:
             short.setdefault(run, None)
-    grams = list(trigrams)[:MAX_QUERY_TERMS]
-    return fts_match(grams), list(short)[:8]
+    return list(trigrams)[:MAX_QUERY_TERMS], list(short)[:8]
 
 
 def _fold(text: str) -> str:
@@ -201,9 +194,8 @@ def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]
     total = store.chunk_count()
     weights: dict[str, float] = {}
     for term in terms:
-        match = fts_match([term])
-        if match is not None:
-            df = max(1, store.term_frequency_at_least(match, total + 1))
+        if term:
+            df = max(1, store.term_frequency_at_least(term, total + 1))
             n = max(total, df)  # another process may have added chunks since the total was read
             weights[_fold(term)] = max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)  # FTS5's idf and floor
     terms_of: dict[str, frozenset[str]] = {}  # a highlighted word -> the query terms it is a form of
@@ -464,7 +456,7 @@ def _prune_common(store: Store, terms: list[str]) -> list[str]:
     if len(terms) < 2 or total < 2:
         return terms
     limit = int(total * PRUNE_FRACTION) if total >= PRUNE_MIN_CHUNKS else (total + 1) // 2
-    counts = {t: store.term_frequency_at_least(fts_match([t]) or "", limit) for t in terms}
+    counts = {t: store.term_frequency_at_least(t, limit) for t in terms}
     rare = [t for t in terms if counts[t] < limit]
     # only when a rarer term matches something: else the query would match nothing (a tiny index, where one
     # chunk of two is half of them, or rare terms that are in no chunk at all)
@@ -478,13 +470,12 @@ def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring:
         for rid, s in found.items():
             scores[rid] = max(scores.get(rid, 0.0), s)
 
-    kept = _prune_common(store, keyword_terms(terms))
-    match = fts_match(kept)
-    if match:
+    kept = [t for t in _prune_common(store, keyword_terms(terms)) if t]
+    if kept:
         if scoring == "blend":
-            found = store.keyword_matches(match, k)
+            found = store.keyword_matches(kept, k)
         else:
-            found = [(rid, rank, set()) for rid, rank in store.keyword(match, k)]
+            found = [(rid, rank, set()) for rid, rank in store.keyword(kept, k)]
         ranked = [(rid, rank) for rid, rank, _ in found]
         if scoring == "relative":
             merge(normalise_bm25(ranked))

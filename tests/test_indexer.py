@@ -60,8 +60,8 @@ def test_edited_file_rows_are_replaced_exactly(workspace: Path, make_memory: Cal
     assert counts["chunks"] == len(expected) + 1
     inputs = {text for row in mem.store.chunks_of("MEMORY.md") for text in embedding_inputs(row, 64)}
     assert counts["vectors"] == len(inputs) + 1  # every chunk and window of both files, nothing stale
-    assert mem.store.keyword('"word3x5"', 50) == []
-    assert len(mem.store.keyword('"flamingo"', 50)) == 1
+    assert mem.store.keyword(["word3x5"], 50) == []
+    assert len(mem.store.keyword(["flamingo"], 50)) == 1
     # only the inputs whose text changed were embedded again; the rest came from the cache
     assert 0 < report["embedded"] < len(inputs) / 2
     assert report["fromCache"] == len(inputs) - report["embedded"]

@@ -48,7 +48,7 @@ def test_files_are_replaced_whole_and_searched_by_keyword_and_vector(pg_url: str
         ids = store.replace_file(f, chunks, [(["w0"], vecs[0:1]), None])
         assert store.files()["memory/2026-03-01.md"].chunks == 2 and store.pending_count() == 1
         got = store.keyword_matches(["backups", "nightly"], 5)
-        assert [cid for cid, _, _ in got] == [ids[0]] and got[0][2] == {"backup", "nightli"}
+        assert [cid for cid, _, _ in got] == [ids[0]] and got[0][2] == {"backups", "nightly"}
         assert store.knn(vecs[0], 1) == [(ids[0], pytest.approx(0.0, abs=1e-5))]
 
         f2, chunks2 = note("memory/2026-03-01.md", "Only lunch today.")
@@ -83,7 +83,7 @@ def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url
         writer.replace_file(*note("memory/a.md", "old kingfisher note"), None)
         gen = writer.begin_generation({"provider": "none"})
         writer.replace_file(*note("memory/a.md", "new heron note"), None, gen=gen)
-        assert [w for _, _, w in reader.keyword_matches(["kingfisher"], 5)] == [{"kingfish"}]
+        assert [w for _, _, w in reader.keyword_matches(["kingfisher"], 5)] == [{"kingfisher"}]
         assert reader.keyword_matches(["heron"], 5) == []  # the building generation is invisible
         writer.switch_live(gen)
         assert reader.refresh() and reader.keyword_matches(["kingfisher"], 5) == []

@@ -17,7 +17,6 @@ from mdmemory.search import (
     LOW_CONFIDENCE_SHARE,
     cjk_match,
     contains_all_terms,
-    fts_match,
     fuse_rrf,
     fuse_weighted,
     low_confidence_picks,
@@ -25,6 +24,7 @@ from mdmemory.search import (
     normalise_bm25,
     query_terms,
 )
+from mdmemory.store.index import fts_match
 from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import write
 from tests.test_agent_tools import validate
@@ -104,7 +104,7 @@ def test_fts_match_quotes_every_term() -> None:
 
 def test_cjk_match_builds_trigrams_and_short_needles() -> None:
     tri, short = cjk_match("寿司和拉面 好 吃饭")
-    assert tri == '"寿司和" OR "司和拉" OR "和拉面"'
+    assert tri == ["寿司和", "司和拉", "和拉面"]
     assert short == ["好", "吃饭"]
 
 
@@ -297,17 +297,17 @@ def test_terms_without_weight_are_dropped_and_common_terms_only_in_large_indexes
     calls: list[str] = []
     original = mem.store.keyword_matches
 
-    def spy(match: str, k: int) -> list[tuple[int, float, set[str]]]:
-        calls.append(match)
-        return original(match, k)
+    def spy(terms: list[str], k: int) -> list[tuple[int, float, set[str]]]:
+        calls.append(fts_match(terms) or "")
+        return original(terms, k)
 
     monkeypatch.setattr(mem.store, "keyword_matches", spy)
-    exact = [r[0] for r in original('"caroline" OR "quokka"', 10)]
+    exact = [r[0] for r in original(["caroline", "quokka"], 10)]
     res = mem.search("caroline quokka")
     # "caroline" is in every chunk: FTS5 gives it an IDF of zero, so it is dropped even in a small index
     assert calls[-1] == '"quokka"'
     assert res["results"][0]["path"] == "memory/2026-03-08.md"
-    assert exact[0] == [r[0] for r in original('"quokka"', 10)][0]  # the same best chunk either way
+    assert exact[0] == [r[0] for r in original(["quokka"], 10)][0]  # the same best chunk either way
     mem.search("wombat quokka")
     assert calls[-1] == '"wombat" OR "quokka"'  # in 5 of 30 chunks: weighs something, kept (small index)
     monkeypatch.setattr(search_mod, "PRUNE_MIN_CHUNKS", 10)
@@ -364,7 +364,7 @@ def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_stat
         (match,),
     ).fetchall()
     expected = [(r[0], r[1], {w.lower() for w in re.findall("\x01(.*?)\x02", f"{r[2]} {r[3]}")}) for r in one]
-    got = mem.store.keyword_matches(match, 5)
+    got = mem.store.keyword_matches(["kingfisher", "heron", "otter"], 5)
     assert got == expected and len(got) == 5
     assert any("kingfisher" in words and "heron" in words for _, _, words in got)
 

@@ -77,8 +77,8 @@ def test_replace_file_swaps_every_row(tmp_path: Path) -> None:
         assert [c.text for c in s.chunks_of("memory/a.md")] == ["delta"]
         assert s.counts() == {"files": 2, "chunks": 2, "vectors": 2, "cacheEntries": 0}
         assert fts_instances(s, "chunks_fts") == before - 3 + 1
-        assert s.keyword('"alpha"', 10) == [] and s.keyword('"charlie"', 10) == []
-        assert len(s.keyword('"delta"', 10)) == 1
+        assert s.keyword(["alpha"], 10) == [] and s.keyword(["charlie"], 10) == []
+        assert len(s.keyword(["delta"], 10)) == 1
         assert s.files()["memory/a.md"].chunks == 1
 
 
@@ -193,7 +193,7 @@ def test_migration_2_keeps_a_version_1_index_usable(tmp_path: Path) -> None:
     conn.close()
     with Store(path) as s:
         assert s.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-        assert [r for r, _ in s.keyword('"vacation"', 5)] == [7]  # rebuilt with stemming
+        assert [r for r, _ in s.keyword(["vacation"], 5)] == [7]  # rebuilt with stemming
         assert s.conn.execute("SELECT id, chunk_id, hash FROM vectors").fetchall() == [(7, 7, "e7")]
 
 
@@ -217,7 +217,7 @@ def test_pending_chunks_get_their_vectors_once_and_leave_no_marks(tmp_path: Path
         vectors = one_each(unit(rng, 3, 8))
         ids = s.replace_file(f, rows, [vectors[0], None, None])  # chunks 2 and 3 wait for their vectors
         assert s.pending_count() == 2 and s.vector_count() == 1
-        assert len(s.keyword('"bravo"', 5)) == 1  # found by keywords while pending
+        assert len(s.keyword(["bravo"], 5)) == 1  # found by keywords while pending
         pending = s.pending_chunks(10)
         assert [c.id for c in pending] == ids[1:] and s.pending_chunks(10, after_id=ids[1]) == pending[1:]
         stale = replace(pending[1], embed_hash="another-embed-hash")  # its file was rewritten by another process

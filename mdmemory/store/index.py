@@ -68,6 +68,12 @@ class ChunkRow:
     id: int | None = None
 
 
+def fts_match(terms: Sequence[str]) -> str | None:
+    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
+    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
+    return " OR ".join(quoted) if quoted else None
+
+
 def _batched(items: Sequence[Any], size: int = _SQL_VARS) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -478,8 +484,11 @@ class Store:
         return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes)}
 
     # -- keyword ----------------------------------------------------------------------------------
-    def keyword(self, match: str, k: int) -> list[tuple[int, float]]:
-        """FTS5 unicode61 matches for an already-escaped MATCH expression: (chunk id, bm25) best first."""
+    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of ``terms`` (FTS5, porter unicode61): (chunk id, bm25) best first."""
+        match = fts_match(terms)
+        if match is None:
+            return []
         rows = self.conn.execute(
             "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
             "ORDER BY rank LIMIT ?",
@@ -487,13 +496,16 @@ class Store:
         ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
-    def keyword_matches(self, match: str, k: int) -> list[tuple[int, float, set[str]]]:
+    def keyword_matches(self, terms: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
         """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased.
 
         When many rows match, in two statements: highlighting inside the ranked one would mark every matching
         row before the sort keeps ``k`` (most of the time of a query with a common term); the second pass
         marks only those. With few matching rows one statement is cheaper."""
-        if self.term_frequency_at_least(match, TWO_PASS_ROWS) < TWO_PASS_ROWS:
+        match = fts_match(terms)
+        if match is None:
+            return []
+        if self._rows_matching(match, TWO_PASS_ROWS) < TWO_PASS_ROWS:
             rows = self.conn.execute(
                 "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
                 "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
@@ -501,7 +513,7 @@ class Store:
                 (match, int(k)),
             ).fetchall()
             return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
-        ranked = self.keyword(match, k)
+        ranked = self.keyword(terms, k)
         if not ranked:
             return []
         rows = self.conn.execute(
@@ -513,8 +525,13 @@ class Store:
         marked = {int(r[0]): str(r[1]) for r in rows}
         return [(rid, rank, {w.lower() for w in _MARKED.findall(marked.get(rid, ""))}) for rid, rank in ranked]
 
-    def term_frequency_at_least(self, term_match: str, limit: int) -> int:
-        """How many chunks match ``term_match``, counting no further than ``limit`` (no scoring, cheap;
+    def term_frequency_at_least(self, term: str, limit: int) -> int:
+        """How many chunks hold ``term``, counting no further than ``limit`` (0 for an empty term)."""
+        match = fts_match([term])
+        return 0 if match is None else self._rows_matching(match, limit)
+
+    def _rows_matching(self, term_match: str, limit: int) -> int:
+        """How many chunks match an FTS5 expression, counting no further than ``limit`` (no scoring, cheap;
         remembered until the index changes: a common term costs a scan of its whole posting list)."""
         counts: dict[tuple[str, int], int] = self._memoised("term_counts", dict)
         found = counts.get((term_match, limit))
@@ -531,8 +548,11 @@ class Store:
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
 
-    def trigram(self, match: str, k: int) -> list[tuple[int, float]]:
-        """FTS5 trigram matches (CJK and substrings): (chunk id, bm25) best first."""
+    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of the character trigrams ``grams`` (CJK): (chunk id, bm25) best first."""
+        match = fts_match(grams)
+        if match is None:
+            return []
         rows = self.conn.execute(
             "SELECT rowid, bm25(chunks_trigram) AS rank FROM chunks_trigram WHERE chunks_trigram MATCH ? "
             "ORDER BY rank LIMIT ?",

@@ -98,18 +98,17 @@ def bm25(cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k
     mean = max(tokens / total, 1e-9)
     cur.execute(
         f"""
-        WITH q AS (SELECT DISTINCT unnest(%(terms)s::text[]) AS term),
-        df AS (
-            SELECT p.term, count(*) AS n FROM {schema}.postings p JOIN q ON q.term = p.term
-            WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s GROUP BY p.term),
-        idf AS (
-            SELECT term, greatest(ln((%(total)s - n + 0.5) / (n + 0.5)), {IDF_FLOOR}) AS w FROM df)
+        WITH idf AS MATERIALIZED (
+            SELECT term, greatest(ln((%(total)s - count(*) + 0.5) / (count(*) + 0.5)), {IDF_FLOOR}) AS w
+            FROM {schema}.postings
+            WHERE agent_id = %(agent)s AND gen = %(gen)s AND term = ANY(%(terms)s::text[])
+            GROUP BY term)
         SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * c.tokens / %(mean)s))) AS rank
         FROM {schema}.postings p
         JOIN idf ON idf.term = p.term
         JOIN {schema}.chunks c ON c.id = p.chunk_id
         CROSS JOIN LATERAL (SELECT p.in_text * {TEXT_WEIGHT} + p.in_heading * {HEADING_WEIGHT} AS v) f
-        WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s
+        WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s AND p.term = ANY(%(terms)s::text[])
         GROUP BY p.chunk_id ORDER BY rank, p.chunk_id LIMIT %(k)s
         """,
         {"terms": list(terms), "agent": agent_id, "gen": gen, "total": float(total), "mean": mean, "k": int(k)},

@@ -255,9 +255,15 @@ class PgStore:
         self.conn.commit()
         return {int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0])) for r in rows}
 
+    def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
+        return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
+
     def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """The ``k`` best chunks for an OR of ``words`` by FTS5's BM25, with the query terms each holds."""
-        terms = keyword.query_terms(words)
+        """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
+        what the SQLite store's highlighted words tell the search."""
+        parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
+        terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
         with self.conn.transaction(), self.conn.cursor() as cur:
             ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
             cur.execute(
@@ -268,7 +274,33 @@ class PgStore:
             held: dict[int, set[str]] = {}
             for cid, term in cur.fetchall():
                 held.setdefault(int(cid), set()).add(str(term))
-        return [(cid, rank, held.get(cid, set())) for cid, rank in ranked]
+        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
+        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
+
+    def term_frequency_at_least(self, word: str, limit: int) -> int:
+        """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
+        terms = keyword.query_terms([word])
+        if not terms:
+            return 0
+        row = self.conn.execute(
+            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+            "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
+            (self.agent_id, self.gen, terms, len(terms), int(limit)),
+        ).fetchone()
+        self.conn.commit()
+        return int(row[0])
+
+    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
+        if not chunk_ids:
+            return {}
+        rows = self.conn.execute(
+            f"SELECT chunk_id, max(1 - (embedding <=> %s::vector)) FROM {self.schema}.vectors "
+            "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s) GROUP BY chunk_id",
+            (vectors.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids)),
+        ).fetchall()
+        self.conn.commit()
+        return {int(r[0]): float(r[1]) for r in rows}
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
