@@ -23,6 +23,7 @@ TOPICS = (
     "painting camping adoption marathon concert pottery guitar recipe volunteering"
 ).split()
 FILLER = "we talked about it again and agreed to check the numbers next week before the review".split()
+CJK = ["寿司和拉面很好吃", "东京会议在周五", "周末去爬山", "吃饭", "好", "会议记录已发送", "拉面店"]
 
 
 def daily_notes(n: int) -> dict[str, str]:
@@ -33,6 +34,8 @@ def daily_notes(n: int) -> dict[str, str]:
         for _ in range(rng.randint(4, 14)):
             who, topic = rng.choice(NAMES), rng.choice(TOPICS)
             lines.append(f"- {who}: the {topic} plan, " + " ".join(rng.sample(FILLER, 6)) + f" ({topic}s).")
+            if rng.random() < 0.3:
+                lines.append(f"- {rng.choice(NAMES)}: " + "，".join(rng.sample(CJK, 2)) + "。")
         notes[f"memory/2026-03-{day + 1:02d}.md"] = "\n".join(lines) + "\n"
     return notes
 
@@ -71,6 +74,9 @@ QUERIES = [
     "marathon and concert",
     "flights",
     "pottery guitar recipes",
+    "寿司和拉面",
+    "东京会议 好",
+    "Dana 吃饭",
 ]
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from mdmemory.store.terms import text_terms
+from mdmemory.tokens import CJK_RUN
 
 K1 = 1.2
 B = 0.75
@@ -34,46 +35,65 @@ def postings_of(text: str, heading: str | None) -> tuple[dict[str, tuple[int, in
     return {t: (n[0], n[1]) for t, n in found.items()}, len(text_part) + len(heading_part)
 
 
+def cjk_trigrams(text: str) -> tuple[dict[str, int], int]:
+    """The character trigrams of ``text``'s CJK runs, with their counts, and how many trigrams FTS5's trigram
+    tokenizer cuts the whole text into (every 3 consecutive characters). Only CJK trigrams can match a query
+    (``search.cjk_match``), but the length normalisation counts them all."""
+    grams: dict[str, int] = {}
+    for run in CJK_RUN.findall(text):
+        for i in range(len(run) - 2):
+            grams[run[i : i + 3]] = grams.get(run[i : i + 3], 0) + 1
+    return grams, max(len(text) - 2, 0)
+
+
 def add_postings(cur: Any, schema: str, agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str | None]]) -> int:
-    """Write the postings of ``(chunk id, text, heading)`` rows and count them into ``token_totals``;
-    returns the tokens added. Call inside the transaction that wrote the chunks."""
+    """Write the term postings and CJK trigrams of ``(chunk id, text, heading)`` rows and count them into
+    ``token_totals``; returns the tokens added. Call inside the transaction that wrote the chunks."""
     rows: list[tuple[str, int, str, int, int, int]] = []
-    added_chunks = 0
-    added_tokens = 0
+    gram_rows: list[tuple[str, int, str, int, int]] = []
+    added = [0, 0, 0]  # chunks, tokens, trigrams
     for chunk_id, text, heading in chunks:
         postings, tokens = postings_of(text, heading)
-        cur.execute(f"UPDATE {schema}.chunks SET tokens = %s WHERE id = %s", (tokens, chunk_id))
+        grams, trigrams = cjk_trigrams(text)
+        cur.execute(
+            f"UPDATE {schema}.chunks SET tokens = %s, trigrams = %s WHERE id = %s", (tokens, trigrams, chunk_id)
+        )
         rows.extend((agent_id, gen, term, chunk_id, n[0], n[1]) for term, n in postings.items())
-        added_chunks += 1
-        added_tokens += tokens
+        gram_rows.extend((agent_id, gen, gram, chunk_id, tf) for gram, tf in grams.items())
+        added = [added[0] + 1, added[1] + tokens, added[2] + trigrams]
     if rows:
         cur.executemany(
             f"INSERT INTO {schema}.postings (agent_id, gen, term, chunk_id, in_text, in_heading) "
             "VALUES (%s, %s, %s, %s, %s, %s)",
             rows,
         )
-    _count(cur, schema, agent_id, gen, added_chunks, added_tokens)
-    return added_tokens
+    if gram_rows:
+        cur.executemany(
+            f"INSERT INTO {schema}.grams (agent_id, gen, gram, chunk_id, tf) VALUES (%s, %s, %s, %s, %s)", gram_rows
+        )
+    _count(cur, schema, agent_id, gen, *added)
+    return added[1]
 
 
 def remove_chunks(cur: Any, schema: str, agent_id: str, gen: int, chunk_ids: Sequence[int]) -> None:
-    """Delete chunks (their postings and vectors go with them) and take them out of ``token_totals``."""
+    """Delete chunks (their postings, trigrams and vectors go with them) and take them out of the totals."""
     if not chunk_ids:
         return
     cur.execute(
-        f"DELETE FROM {schema}.chunks WHERE agent_id = %s AND gen = %s AND id = ANY(%s) RETURNING tokens",
+        f"DELETE FROM {schema}.chunks WHERE agent_id = %s AND gen = %s AND id = ANY(%s) RETURNING tokens, trigrams",
         (agent_id, gen, list(chunk_ids)),
     )
     gone = cur.fetchall()
-    _count(cur, schema, agent_id, gen, -len(gone), -sum(int(r[0]) for r in gone))
+    _count(cur, schema, agent_id, gen, -len(gone), -sum(int(r[0]) for r in gone), -sum(int(r[1]) for r in gone))
 
 
-def _count(cur: Any, schema: str, agent_id: str, gen: int, chunks: int, tokens: int) -> None:
+def _count(cur: Any, schema: str, agent_id: str, gen: int, chunks: int, tokens: int, trigrams: int) -> None:
+    t = f"{schema}.token_totals"
     cur.execute(
-        f"INSERT INTO {schema}.token_totals (agent_id, gen, chunks, tokens) VALUES (%s, %s, %s, %s) "
-        f"ON CONFLICT (agent_id, gen) DO UPDATE SET chunks = {schema}.token_totals.chunks + EXCLUDED.chunks, "
-        f"tokens = {schema}.token_totals.tokens + EXCLUDED.tokens",
-        (agent_id, gen, chunks, tokens),
+        f"INSERT INTO {t} (agent_id, gen, chunks, tokens, trigrams) VALUES (%s, %s, %s, %s, %s) "
+        f"ON CONFLICT (agent_id, gen) DO UPDATE SET chunks = {t}.chunks + EXCLUDED.chunks, "
+        f"tokens = {t}.tokens + EXCLUDED.tokens, trigrams = {t}.trigrams + EXCLUDED.trigrams",
+        (agent_id, gen, chunks, tokens, trigrams),
     )
 
 
@@ -87,10 +107,28 @@ def query_terms(words: Sequence[str]) -> list[str]:
 
 
 def bm25(cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-    """The ``k`` best chunks for ``terms`` (an OR of them): ``(chunk id, rank)``, rank negative as FTS5's."""
-    if not terms or k <= 0:
+    """The ``k`` best chunks for ``terms`` (an OR of them): ``(chunk id, rank)``, rank negative as FTS5's
+    ``bm25(chunks_fts, 1.0, 0.5)``."""
+    freq = f"p.in_text * {TEXT_WEIGHT} + p.in_heading * {HEADING_WEIGHT}"
+    return _bm25(cur, schema, ("postings", "term", freq, "tokens"), agent_id, gen, terms, k)
+
+
+def trigram_bm25(
+    cur: Any, schema: str, agent_id: str, gen: int, grams: Sequence[str], k: int
+) -> list[tuple[int, float]]:
+    """The ``k`` best chunks for CJK trigrams ``grams``, ranked as FTS5's ``bm25(chunks_trigram)``."""
+    return _bm25(cur, schema, ("grams", "gram", "p.tf", "trigrams"), agent_id, gen, grams, k)
+
+
+def _bm25(
+    cur: Any, schema: str, index: tuple[str, str, str, str], agent_id: str, gen: int, keys: Sequence[str], k: int
+) -> list[tuple[int, float]]:
+    """BM25 over ``index`` = (postings table, its key column, the frequency expression, the chunk length
+    column, also the name of the generation's total in ``token_totals``)."""
+    table, key, freq, length = index
+    if not keys or k <= 0:
         return []
-    cur.execute(f"SELECT chunks, tokens FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
+    cur.execute(f"SELECT chunks, {length} FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
     row = cur.fetchone()
     if row is None or int(row[0]) <= 0:
         return []
@@ -99,18 +137,19 @@ def bm25(cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k
     cur.execute(
         f"""
         WITH idf AS MATERIALIZED (
-            SELECT term, greatest(ln((%(total)s - count(*) + 0.5) / (count(*) + 0.5)), {IDF_FLOOR}) AS w
-            FROM {schema}.postings
-            WHERE agent_id = %(agent)s AND gen = %(gen)s AND term = ANY(%(terms)s::text[])
-            GROUP BY term)
-        SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * c.tokens / %(mean)s))) AS rank
-        FROM {schema}.postings p
-        JOIN idf ON idf.term = p.term
+            SELECT {key} AS key, greatest(ln((%(total)s - count(*) + 0.5) / (count(*) + 0.5)), {IDF_FLOOR}) AS w
+            FROM {schema}.{table}
+            WHERE agent_id = %(agent)s AND gen = %(gen)s AND {key} = ANY(%(keys)s::text[])
+            GROUP BY {key})
+        SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * c.{length} / %(mean)s)))
+            AS rank
+        FROM {schema}.{table} p
+        JOIN idf ON idf.key = p.{key}
         JOIN {schema}.chunks c ON c.id = p.chunk_id
-        CROSS JOIN LATERAL (SELECT p.in_text * {TEXT_WEIGHT} + p.in_heading * {HEADING_WEIGHT} AS v) f
-        WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s AND p.term = ANY(%(terms)s::text[])
+        CROSS JOIN LATERAL (SELECT {freq} AS v) f
+        WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s AND p.{key} = ANY(%(keys)s::text[])
         GROUP BY p.chunk_id ORDER BY rank, p.chunk_id LIMIT %(k)s
         """,
-        {"terms": list(terms), "agent": agent_id, "gen": gen, "total": float(total), "mean": mean, "k": int(k)},
+        {"keys": list(keys), "agent": agent_id, "gen": gen, "total": float(total), "mean": mean, "k": int(k)},
     )
     return [(int(r[0]), float(r[1])) for r in cur.fetchall()]

@@ -7,8 +7,8 @@ table and index in the catalog, and one migration per agent. Vector search stays
 partial HNSW index per (agent, generation, dimensions) instead of filtering a global one (pgvector 0.6
 returns fewer than k rows when a filter drops most of an index's nearest neighbours).
 
-Keyword search keeps its own postings of FTS5's terms (``mdmemory.store.terms``) so that BM25 is computed
-exactly as SQLite's FTS5 does (``mdmemory.store.pg.keyword``).
+Keyword search keeps its own postings of FTS5's terms (``mdmemory.store.terms``), and of the character
+trigrams of CJK runs, so that BM25 is computed exactly as SQLite's FTS5 does (``mdmemory.store.pg.keyword``).
 
 Migrations run under a transaction-level advisory lock: several processes opening a new database at once
 apply each one exactly once.
@@ -54,12 +54,17 @@ def _m1_initial(cur: Any, s: str) -> None:
             id bigserial PRIMARY KEY, agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL,
             source text NOT NULL, start_line integer NOT NULL, end_line integer NOT NULL, hash text NOT NULL,
             embed_hash text NOT NULL, heading text, text text NOT NULL, tokens integer NOT NULL,
-            pending boolean NOT NULL DEFAULT false)""",
+            trigrams integer NOT NULL DEFAULT 0, pending boolean NOT NULL DEFAULT false)""",
         f"CREATE INDEX chunks_file ON {s}.chunks (agent_id, gen, path)",
         f"CREATE INDEX chunks_pending ON {s}.chunks (agent_id, gen, id) WHERE pending",
         f"""CREATE TABLE {s}.token_totals (
             agent_id text NOT NULL, gen bigint NOT NULL, chunks bigint NOT NULL, tokens bigint NOT NULL,
-            PRIMARY KEY (agent_id, gen))""",
+            trigrams bigint NOT NULL DEFAULT 0, PRIMARY KEY (agent_id, gen))""",
+        f"""CREATE TABLE {s}.grams (
+            agent_id text NOT NULL, gen bigint NOT NULL, gram text NOT NULL, chunk_id bigint NOT NULL
+            REFERENCES {s}.chunks (id) ON DELETE CASCADE, tf integer NOT NULL,
+            PRIMARY KEY (agent_id, gen, gram, chunk_id))""",
+        f"CREATE INDEX grams_chunk ON {s}.grams (chunk_id)",
         f"""CREATE TABLE {s}.postings (
             agent_id text NOT NULL, gen bigint NOT NULL, term text NOT NULL, chunk_id bigint NOT NULL
             REFERENCES {s}.chunks (id) ON DELETE CASCADE, in_text integer NOT NULL, in_heading integer NOT NULL,

@@ -290,6 +290,31 @@ class PgStore:
         self.conn.commit()
         return int(row[0])
 
+    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
+
+    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
+        more distinct needles, then more occurrences, first (negative scores)."""
+        if not needles:
+            return []
+        patterns = ["%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for n in needles]
+        rows = self.conn.execute(
+            f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
+            "ORDER BY id LIMIT %s",
+            (self.agent_id, self.gen, patterns, int(k) * 8),
+        ).fetchall()
+        self.conn.commit()
+        scored = []
+        for cid, text in rows:
+            distinct = sum(1 for n in needles if n in text)
+            occurrences = sum(text.count(n) for n in needles)
+            scored.append((int(cid), -(distinct + min(occurrences, 99) / 100)))
+        scored.sort(key=lambda r: r[1])
+        return scored[:k]
+
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
         if not chunk_ids:
