@@ -8,6 +8,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg.store import PgStore
 from tests.pg_server import pg_url  # noqa: F401 - the fixture
 
-REPO = __import__("pathlib").Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -121,3 +122,32 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
             f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)
         ).fetchone()[0]
         assert count == 0  # nothing of the killed rebuild is left
+
+
+def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
+    pg_url: str,  # noqa: F811
+    schema: str,
+    tmp_path: Path,
+) -> None:
+    from mdmemory.store import Store
+    from mdmemory.store.pg.migrate import copy_to_postgres
+
+    rng = np.random.default_rng(2)
+    with Store(tmp_path / "index.sqlite") as lite, PgStore(pg_url, "a1", schema) as pg:
+        pg.replace_file(*note("memory/old.md", "an old row the copy replaces"), None)
+        f1, c1 = note("memory/a.md", "The backup runs nightly.", "Windows of a long chunk.")
+        v1 = unit(rng, 3)
+        lite.replace_file(f1, c1, [(["x0"], v1[0:1]), (["x1", "x2"], v1[1:3])])
+        f2, c2 = note("memory/b.md", "Dinner with Dana is pending.")
+        lite.replace_file(f2, c2, [None])
+        lite.set_meta("identity", {"provider": "hash", "dims": 16})
+
+        counts = copy_to_postgres(lite, pg)
+
+        assert counts == {"files": 2, "chunks": 3, "vectors": 3}
+        assert set(pg.files()) == {"memory/a.md", "memory/b.md"} and pg.pending_count() == 1
+        assert pg.get_meta("identity") == {"provider": "hash", "dims": 16}
+        assert pg.keyword_matches(["old"], 5) == []
+        nearest = pg.knn(v1[2], 1)[0]  # the second window of the second chunk
+        assert pg.chunks_by_ids([nearest[0]])[nearest[0]].text == "Windows of a long chunk."
+        assert nearest[1] == pytest.approx(0.0, abs=1e-5)

@@ -476,6 +476,21 @@ class Store:
             out.setdefault(int(cid), {})[str(digest)] = float(sim)
         return out
 
+    def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:
+        """Each chunk's stored vectors, as ``replace_file`` takes them: (input hashes, (n, dims) array)."""
+        if self.vec_dims() is None or not chunk_ids:
+            return {}
+        import numpy as np
+
+        sql = "SELECT id, chunk_id, hash, embedding FROM vectors WHERE chunk_id IN ({marks})"
+        rows = sorted(_rows_in(self.conn, sql, chunk_ids))  # by vector id: the order they were embedded in
+        grouped: dict[int, tuple[list[str], list[np.ndarray]]] = {}
+        for _, cid, digest, blob in rows:
+            hashes, vecs = grouped.setdefault(int(cid), ([], []))
+            hashes.append(str(digest))
+            vecs.append(decode_vector(blob))
+        return {cid: (hashes, np.stack(vecs)) for cid, (hashes, vecs) in grouped.items()}
+
     def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
         """Stored vectors for embedding-input hashes (reuse without the cache, e.g. after a rename)."""
         if self.vec_dims() is None or not hashes:
