@@ -29,4 +29,5 @@ def copy_to_postgres(source: Store, target: PgStore) -> dict[str, Any]:
             if value is not None:
                 target.set_meta(key, value, gen=gen)
         target.switch_live(gen)
+    target.analyze()
     return counts

@@ -105,6 +105,14 @@ class PgStore:
                 self._drop_generation(cur, g)
         self.gen = gen
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
+        plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
+        self.conn.commit()
+        for table in ("chunks", "postings", "grams", "vectors", "token_totals"):
+            self.conn.execute(f"ANALYZE {self.schema}.{table}")
+        self.conn.commit()
+
     def _drop_generation(self, cur: Any, gen: int) -> None:
         s, a = self.schema, self.agent_id
         cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
