@@ -83,7 +83,7 @@ def main() -> int:
                         vector = provider.embed_query(question.text) if provider is not None else None
                         started = time.perf_counter()
                         outcome = search(
-                            store,  # type: ignore[arg-type]
+                            store,
                             question.text,
                             query_vector=vector,
                             max_results=MAX_RESULTS,

@@ -49,7 +49,8 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from mdmemory.config import HybridConfig
-from mdmemory.store import ChunkRow, Store
+from mdmemory.store import ChunkRow
+from mdmemory.store.api import SearchStore
 from mdmemory.tokens import CJK_RUN
 
 if TYPE_CHECKING:
@@ -184,7 +185,9 @@ def coverage_bm25(ranked: Sequence[tuple[int, float]], ideal: float) -> dict[int
     return {rid: min(1.0, max(-rank, 0.0) / ideal) for rid, rank in ranked}
 
 
-def term_weights(store: Store, terms: Sequence[str], matched: dict[int, set[str]]) -> tuple[float, dict[int, float]]:
+def term_weights(
+    store: SearchStore, terms: Sequence[str], matched: dict[int, set[str]]
+) -> tuple[float, dict[int, float]]:
     """FTS5's BM25 IDF of each term (a term absent from the index counts as if in one chunk): their sum,
     and for each candidate the sum over the terms it holds.
 
@@ -361,7 +364,7 @@ def _window(text: str, terms: Sequence[str], budget: int) -> str:
 
 # -- the search entry point ----------------------------------------------------------------------------
 def search(
-    store: Store,
+    store: SearchStore,
     query: str,
     *,
     query_vector: np.ndarray | None,
@@ -451,7 +454,7 @@ def search(
     return SearchOutcome(hits[:max_results], mode, snippet_terms, notes)
 
 
-def _prune_common(store: Store, terms: list[str]) -> list[str]:
+def _prune_common(store: SearchStore, terms: list[str]) -> list[str]:
     total = store.chunk_count()
     if len(terms) < 2 or total < 2:
         return terms
@@ -463,7 +466,7 @@ def _prune_common(store: Store, terms: list[str]) -> list[str]:
     return rare if any(counts[t] > 0 for t in rare) else terms
 
 
-def _keyword_scores(store: Store, query: str, terms: list[str], k: int, scoring: str) -> dict[int, float]:
+def _keyword_scores(store: SearchStore, query: str, terms: list[str], k: int, scoring: str) -> dict[int, float]:
     scores: dict[int, float] = {}
 
     def merge(found: dict[int, float]) -> None:
