@@ -15,6 +15,7 @@ from mdmemory.config import load_config
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
+from tests.pg_server import pg, pg_url  # noqa: F401 - fixtures: a real PostgreSQL for the store tests
 
 pytest_plugins = ["tests.conftest_gguf", "tests.fake_openai"]
 

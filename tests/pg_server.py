@@ -3,9 +3,11 @@ temporary data directory, on a Unix socket, stopped and deleted when the test se
 
 from __future__ import annotations
 
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,3 +24,21 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield server.get_uri()
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[tuple[Any, str]]:
+    """A connection and a freshly migrated schema of its own, dropped after the test."""
+    from mdmemory.store.pg.connection import connect
+    from mdmemory.store.pg.schema import migrate
+
+    conn = connect(pg_url)
+    schema = "t_" + uuid.uuid4().hex[:12]
+    migrate(conn, schema)
+    try:
+        yield conn, schema
+    finally:
+        conn.rollback()
+        with conn.transaction():
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.close()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import random
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,7 +14,6 @@ from mdmemory.store.pg.connection import connect, shown_url
 from mdmemory.store.pg.schema import SCHEMA_VERSION, check_schema_name, migrate
 from mdmemory.store.schema import FTS_TOKENIZE
 from mdmemory.store.terms import text_terms
-from tests.pg_server import pg_url  # noqa: F401 - the fixture
 
 WORDS = (
     "backup server deploy database index search meeting budget travel flight hotel dinner birthday doctor "
@@ -33,19 +30,6 @@ def corpus(n: int, seed: int = 3) -> list[tuple[str, str | None]]:
         heading = None if i % 4 == 0 else " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
         out.append((text, heading))
     return out
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[tuple[Any, str]]:  # noqa: F811 - the session fixture
-    conn = connect(pg_url)
-    schema = "t_" + uuid.uuid4().hex[:12]
-    migrate(conn, schema)
-    try:
-        yield conn, schema
-    finally:
-        with conn.transaction():
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        conn.close()
 
 
 def load(conn: Any, schema: str, chunks: list[tuple[str, str | None]], agent: str = "a1", gen: int = 1) -> list[int]:
@@ -132,7 +116,7 @@ def test_migrations_run_once_and_refuse_a_newer_schema(pg: tuple[Any, str]) -> N
         check_schema_name("Robert'); DROP TABLE x;--")
 
 
-def test_a_password_is_never_shown(pg_url: str) -> None:  # noqa: F811 - the session fixture
+def test_a_password_is_never_shown(pg_url: str) -> None:
     assert shown_url("postgresql://app:s3cret@db.example:5432/mem") == "postgresql://app:***@db.example:5432/mem"
     assert shown_url("postgresql://db/mem?user=app&password=s3cret") == "postgresql://db/mem?user=app&password=***"
     bad = pg_url.replace("postgres:@", "nobody:hunter2@").replace("host=", "connect_timeout=2&host=")

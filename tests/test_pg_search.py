@@ -15,7 +15,6 @@ from mdmemory.search import search
 from mdmemory.store import Store
 from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg.store import PgStore
-from tests.pg_server import pg_url  # noqa: F401 - the fixture
 
 NAMES = "Dana Mika Caroline Melanie Jon Gina".split()
 TOPICS = (
@@ -41,7 +40,7 @@ def daily_notes(n: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[tuple[Store, PgStore]]:  # noqa: F811
+def stores(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[tuple[Store, PgStore]]:
     """The same 40 daily notes, chunked once, written to a SQLite index and to PostgreSQL (read-only after)."""
     schema = "q_" + uuid.uuid4().hex[:12]
     rng = np.random.default_rng(4)

@@ -16,13 +16,12 @@ import pytest
 from mdmemory.errors import LockError
 from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg.store import PgStore
-from tests.pg_server import pg_url  # noqa: F401 - the fixture
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def schema(pg_url: str) -> Iterator[str]:  # noqa: F811 - the session fixture
+def schema(pg_url: str) -> Iterator[str]:
     name = "s_" + uuid.uuid4().hex[:12]
     yield name
     import psycopg
@@ -41,7 +40,7 @@ def unit(rng: np.random.Generator, n: int, dims: int = 16) -> np.ndarray:
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def test_files_are_replaced_whole_and_searched_by_keyword_and_vector(pg_url: str, schema: str) -> None:  # noqa: F811
+def test_files_are_replaced_whole_and_searched_by_keyword_and_vector(pg_url: str, schema: str) -> None:
     rng = np.random.default_rng(1)
     with PgStore(pg_url, "a1", schema) as store:
         f, chunks = note("memory/2026-03-01.md", "The backup runs nightly with restic.", "Dinner with Dana.")
@@ -63,7 +62,7 @@ def test_files_are_replaced_whole_and_searched_by_keyword_and_vector(pg_url: str
         assert store.files() == {} and store.chunk_count() == 0
 
 
-def test_one_writer_per_agent(pg_url: str, schema: str) -> None:  # noqa: F811
+def test_one_writer_per_agent(pg_url: str, schema: str) -> None:
     with (
         PgStore(pg_url, "a1", schema) as one,
         PgStore(pg_url, "a1", schema) as two,
@@ -79,7 +78,7 @@ def test_one_writer_per_agent(pg_url: str, schema: str) -> None:  # noqa: F811
             pass
 
 
-def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url: str, schema: str) -> None:  # noqa: F811
+def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url: str, schema: str) -> None:
     with PgStore(pg_url, "a1", schema) as writer, PgStore(pg_url, "a1", schema) as reader:
         writer.replace_file(*note("memory/a.md", "old kingfisher note"), None)
         gen = writer.begin_generation({"provider": "none"})
@@ -91,7 +90,7 @@ def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url
         assert len(reader.keyword_matches(["heron"], 5)) == 1
 
 
-def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str, schema: str) -> None:  # noqa: F811
+def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str, schema: str) -> None:
     script = textwrap.dedent(
         f"""
         import os, signal, sys
@@ -125,7 +124,7 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
 
 
 def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
-    pg_url: str,  # noqa: F811
+    pg_url: str,
     schema: str,
     tmp_path: Path,
 ) -> None:

@@ -2,31 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 from mdmemory.store.pg import vectors
-from mdmemory.store.pg.connection import connect
-from mdmemory.store.pg.schema import migrate
-from tests.pg_server import pg_url  # noqa: F401 - the fixture
-
-
-@pytest.fixture
-def pg(pg_url: str) -> Iterator[tuple[Any, str]]:  # noqa: F811 - the session fixture
-    conn = connect(pg_url)
-    schema = "v_" + uuid.uuid4().hex[:12]
-    migrate(conn, schema)
-    try:
-        yield conn, schema
-    finally:
-        conn.rollback()
-        with conn.transaction():
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-        conn.close()
 
 
 def clustered(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
