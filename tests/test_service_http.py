@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,3 +266,76 @@ def test_backfill_after_skips_older_entries(service: Service, tmp_path: Path) ->
     assert (summary["read"], summary["skipped"], summary["retained"]) == (3, 1, 2)
     code, _, err = _backfill(str(ledger), "--after", "last tuesday", home=service.home)
     assert code == 2 and "--after" in err
+
+
+def test_mixed_load_of_recalls_retains_forgets_and_hand_edits_answers_without_errors(service: Service) -> None:
+    """Recalls search through read connections while retains, forgets, the background indexer and a person
+    editing notes write: every request answers, and what was written is found right after."""
+
+    ws = Path(service.config).parent / "ws"
+    stop = time.monotonic() + 6.0
+    errors: list[str] = []
+    retained: list[str] = []
+    forgotten: list[str] = []
+    lock = threading.Lock()
+
+    def recaller(k: int) -> None:
+        while time.monotonic() < stop:
+            r = service.call("POST", "/recall", recall_body("main", f"what about the heron plan {k}?"))
+            if r.status != 200:
+                errors.append(f"recall {r.status} {r.raw[:200]!r}")
+
+    def retainer(k: int) -> None:
+        i = 0
+        while time.monotonic() < stop:
+            eid = f"hist1_mix{k}_{i}"
+            entry = openai_entry(f"heron turn {k} {i}", "noted", id=eid)
+            r = service.call("POST", "/retain", retain_body("main", entry))
+            if r.status != 202 or r.body["status"] != "retained":
+                errors.append(f"retain {r.status} {r.raw[:200]!r}")
+            with lock:
+                retained.append(eid)
+            i += 1
+
+    def forgetter() -> None:
+        while time.monotonic() < stop:
+            time.sleep(0.5)
+            with lock:
+                ids = retained[len(forgotten) : len(forgotten) + 5]  # the oldest not forgotten yet
+            r = service.call("POST", "/forget", {"agent_id": "main", "entry_ids": ids})
+            if r.status != 204:
+                errors.append(f"forget {r.status} {r.raw[:200]!r}")
+            with lock:
+                forgotten.extend(ids)
+
+    def editor() -> None:
+        i = 0
+        while time.monotonic() < stop:
+            (ws / "memory" / f"2026-04-{i % 28 + 1:02d}.md").write_text(f"# Day\n\nHand note {i} about the heron.\n")
+            i += 1
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=recaller, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=retainer, args=(k,)) for k in range(2)]
+    threads += [threading.Thread(target=forgetter), threading.Thread(target=editor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors[:5]
+    assert len(retained) > 10 and forgotten
+
+    (ws / "memory" / "2026-05-01.md").write_text("# Day\n\nThe cormorant dried its wings on the pier.\n")
+    albatross = openai_entry("where is the albatross colony?", "Kerguelen")
+    r = service.call("POST", "/retain", retain_body("main", albatross))
+    assert r.status == 202
+    found = _memories(service, "albatross colony")  # a retain makes the next recall catch up at once
+    assert any("Kerguelen" in str(m["text"]) for m in found)
+    deadline = time.monotonic() + 5
+    while not any("cormorant" in str(m["text"]) for m in _memories(service, "cormorant wings")):
+        assert time.monotonic() < deadline, "a hand edit was not recalled within 5 s"
+        time.sleep(0.2)
+    recalled = {i for m in _memories(service, "heron turn noted") for i in re.findall(r"hist1_mix\d+_\d+", str(m))}
+    assert recalled and not recalled & set(forgotten)  # forgotten turns never come back
+    sessions = "".join(p.read_text() for p in (ws / "sessions").glob("*.md"))
+    assert not [f for f in forgotten if re.search(re.escape(f) + r"\b", sessions)]
