@@ -150,3 +150,14 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
         nearest = pg.knn(v1[2], 1)[0]  # the second window of the second chunk
         assert pg.chunks_by_ids([nearest[0]])[nearest[0]].text == "Windows of a long chunk."
         assert nearest[1] == pytest.approx(0.0, abs=1e-5)
+
+
+def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str, schema: str) -> None:
+    with PgStore(pg_url, "a1", schema) as store:
+        store.replace_file(*note("memory/a.md", "heron at dawn", "heron at dusk"), None)
+        assert store.term_frequency_at_least("herons", 10) == 2
+        store.replace_file(*note("memory/b.md", "a heron again"), None)  # a write: counted afresh
+        assert store.term_frequency_at_least("herons", 10) == 3
+        with PgStore(pg_url, "a1", schema) as other:  # another process's write is seen too
+            other.delete_file("memory/a.md")
+        assert store.term_frequency_at_least("herons", 10) == 1

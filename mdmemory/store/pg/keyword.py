@@ -92,7 +92,8 @@ def _count(cur: Any, schema: str, agent_id: str, gen: int, chunks: int, tokens: 
     cur.execute(
         f"INSERT INTO {t} (agent_id, gen, chunks, tokens, trigrams) VALUES (%s, %s, %s, %s, %s) "
         f"ON CONFLICT (agent_id, gen) DO UPDATE SET chunks = {t}.chunks + EXCLUDED.chunks, "
-        f"tokens = {t}.tokens + EXCLUDED.tokens, trigrams = {t}.trigrams + EXCLUDED.trigrams",
+        f"tokens = {t}.tokens + EXCLUDED.tokens, trigrams = {t}.trigrams + EXCLUDED.trigrams, "
+        f"version = {t}.version + 1",
         (agent_id, gen, chunks, tokens, trigrams),
     )
 

@@ -59,7 +59,7 @@ def _m1_initial(cur: Any, s: str) -> None:
         f"CREATE INDEX chunks_pending ON {s}.chunks (agent_id, gen, id) WHERE pending",
         f"""CREATE TABLE {s}.token_totals (
             agent_id text NOT NULL, gen bigint NOT NULL, chunks bigint NOT NULL, tokens bigint NOT NULL,
-            trigrams bigint NOT NULL DEFAULT 0, PRIMARY KEY (agent_id, gen))""",
+            trigrams bigint NOT NULL DEFAULT 0, version bigint NOT NULL DEFAULT 0, PRIMARY KEY (agent_id, gen))""",
         f"""CREATE TABLE {s}.grams (
             agent_id text NOT NULL, gen bigint NOT NULL, gram text NOT NULL, chunk_id bigint NOT NULL
             REFERENCES {s}.chunks (id) ON DELETE CASCADE, tf integer NOT NULL,

@@ -44,6 +44,8 @@ class PgStore:
         self.conn = connect(url)
         migrate(self.conn, self.schema)
         self.gen = self._live_generation()
+        # document frequencies by (word, limit), kept while the generation's write counter stays the same
+        self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
 
     def close(self) -> None:
         self.conn.close()
@@ -290,12 +292,24 @@ class PgStore:
         terms = keyword.query_terms([word])
         if not terms:
             return 0
+        version = self.conn.execute(
+            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
+            (self.agent_id, self.gen),
+        ).fetchone()
+        key = (self.gen, int(version[0]) if version else 0)
+        if self._df[0] != key:
+            self._df = (key, {})
+        known = self._df[1].get((word, limit))
+        if known is not None:
+            self.conn.commit()
+            return known
         row = self.conn.execute(
             f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
             "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
             (self.agent_id, self.gen, terms, len(terms), int(limit)),
         ).fetchone()
         self.conn.commit()
+        self._df[1][(word, limit)] = int(row[0])
         return int(row[0])
 
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
