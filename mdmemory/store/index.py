@@ -583,17 +583,11 @@ class Store:
         if not needles:
             return []
         where = " OR ".join("text LIKE ? ESCAPE '\\'" for _ in needles)
-        params = [f"%{_like_escape(n)}%" for n in needles]
+        params = [f"%{like_escape(n)}%" for n in needles]
         rows = self.conn.execute(
             f"SELECT rowid, text FROM chunks_trigram WHERE {where} LIMIT ?", (*params, int(k) * 8)
         ).fetchall()
-        scored = []
-        for rid, text in rows:
-            distinct = sum(1 for n in needles if n in text)
-            occurrences = sum(text.count(n) for n in needles)
-            scored.append((int(rid), -(distinct + min(occurrences, 99) / 100)))
-        scored.sort(key=lambda r: r[1])
-        return scored[:k]
+        return rank_needle_hits(rows, needles, k)
 
     # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -712,5 +706,18 @@ def _inode(path: Path) -> int | None:
 _MARKED = re.compile("\x01(.*?)\x02", re.S)
 
 
-def _like_escape(text: str) -> str:
+def like_escape(text: str) -> str:
+    """``text`` as a literal inside a LIKE pattern whose escape character is a backslash."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def rank_needle_hits(rows: Sequence[tuple[int, str]], needles: Sequence[str], k: int) -> list[tuple[int, float]]:
+    """Score ``(chunk id, text)`` rows holding substring needles, negative like bm25: more distinct needles,
+    then more occurrences, rank first (ties keep the rows' order); the best ``k``."""
+    scored = []
+    for rid, text in rows:
+        distinct = sum(1 for n in needles if n in text)
+        occurrences = sum(text.count(n) for n in needles)
+        scored.append((int(rid), -(distinct + min(occurrences, 99) / 100)))
+    scored.sort(key=lambda r: r[1])
+    return scored[:k]

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
-from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
+from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword, vectors
 from mdmemory.store.pg.connection import connect
 from mdmemory.store.pg.schema import check_schema_name, migrate
@@ -322,20 +322,14 @@ class PgStore:
         more distinct needles, then more occurrences, first (negative scores)."""
         if not needles:
             return []
-        patterns = ["%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for n in needles]
+        patterns = [f"%{like_escape(n)}%" for n in needles]
         rows = self.conn.execute(
             f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
             "ORDER BY id LIMIT %s",
             (self.agent_id, self.gen, patterns, int(k) * 8),
         ).fetchall()
         self.conn.commit()
-        scored = []
-        for cid, text in rows:
-            distinct = sum(1 for n in needles if n in text)
-            occurrences = sum(text.count(n) for n in needles)
-            scored.append((int(cid), -(distinct + min(occurrences, 99) / 100)))
-        scored.sort(key=lambda r: r[1])
-        return scored[:k]
+        return rank_needle_hits(rows, needles, k)
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
