@@ -499,9 +499,7 @@ class Memory(ProviderSelection):
     def catch_up_due(self) -> bool:
         """Whether the next search would catch up with the files (see ``catch_up_interval``)."""
         last = self._caught_up
-        if last is None or last[1] != self._changes:
-            return True
-        return time.monotonic() - last[0] >= self.catch_up_interval
+        return last is None or last[1] != self._changes or time.monotonic() - last[0] >= self.catch_up_interval
 
     def catch_up(self) -> tuple[bool, list[str]]:
         """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
@@ -516,10 +514,10 @@ class Memory(ProviderSelection):
 
         if not self.catches_up:
             return False, []
-        now, changes = time.monotonic(), self._changes
         last = self._caught_up
-        if last is not None and last[1] == changes and now - last[0] < self.catch_up_interval:
+        if last is not None and not self.catch_up_due():
             return last[2][0], list(last[2][1])
+        now, changes = time.monotonic(), self._changes  # what this catch-up covers
         result = catchup.before_search(self)
         self._caught_up = (now, changes, result) if self.catch_up_interval > 0 else None
         return result

@@ -2,8 +2,8 @@
 
 Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
 which creates ``{home}/agents/{id}/`` from the workspace template. Agents whose embedding settings are equal
-share one provider (a local model is loaded once per process); since one llama.cpp model must not embed
-from two threads at once, those agents also share one lock around their index work.
+share one provider (a local model is loaded once per process, and its computations run on one thread of
+its own: ``mdmemory.providers.runner``); each agent serialises only its own index work.
 
 The service always searches the retained turns: the ``sessions`` source (``memorySearch.sources``) is
 switched on for every agent it serves (pack items from them have kind ``session``).
@@ -82,7 +82,7 @@ class Agents:
         self.config = config
         self.env = env
         self._agents: dict[str, Agent] = {}
-        self._shared: dict[str, tuple[Any, threading.Lock]] = {}
+        self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
         self._lock = threading.Lock()
 
     def ids(self) -> list[str]:
@@ -134,15 +134,10 @@ class Agents:
         agent = with_sessions(agent)
         (Path(agent.workspace) / SESSIONS_DIR).mkdir(parents=True, exist_ok=True)
         key = _provider_key(agent)
-        shared = self._shared.get(key)
-        memory = Memory(agent, self.config, choice=shared[0] if shared else None, env=self.env)
+        memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
         memory.catch_up_interval = CATCH_UP_SECONDS
-        if shared is None:
-            shared = (memory.choice, threading.Lock())
-            self._shared[key] = shared
-        # only a local model must not run in two threads at once; other agents only serialise their own work
-        lock = shared[1] if memory.choice.name == "local" else threading.Lock()
-        return Agent(agent, memory, SessionLog(agent), lock, Readers(memory))
+        self._choices.setdefault(key, memory.choice)
+        return Agent(agent, memory, SessionLog(agent), threading.Lock(), Readers(memory))
 
     def close(self) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 The agent's own ``Memory`` writes (retained turns, forget, catching up with hand edits) under the agent's
 lock; a recall only reads, so it borrows one of these readers instead and does not wait behind another
 recall. SQLite (WAL) lets readers run while the writer commits, and releases the GIL while it works,
-so two recalls on two cores overlap; the local model keeps its own lock around each embedding.
+so two recalls on two cores overlap; a local model runs each embedding on its own thread, one at a time.
 
 A reader never catches up with the files itself (``Memory.catches_up``): the caller asks the agent's
 ``Memory`` first (``catch_up``), at most every ``CATCH_UP_SECONDS`` or at once after a retain or forget.
