@@ -9,8 +9,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from mdmemory import roots, transcripts
 from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
@@ -146,6 +144,8 @@ class Indexer:
         discards a rebuild that could not embed everything instead of swapping it in. ``prune`` (implied by
         ``force``) drops indexed files whose folder is missing (mdmemory.roots).
         """
+        from filelock import FileLock, Timeout  # here: a search with nothing to index takes no lock
+
         started = time.monotonic()
         lock = FileLock(str(self.lock_path))
         try:
@@ -190,6 +190,8 @@ class Indexer:
         too: it looks for pending chunks again after releasing the lock."""
         if self.embedder is None:
             return
+        from filelock import FileLock, Timeout
+
         lock = FileLock(str(self.embed_lock_path))
         for _ in range(3):
             try:

@@ -19,8 +19,6 @@ from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
 from mdmemory.providers import deadline
 from mdmemory.selection import ProviderSelection
-from mdmemory.store import Store
-from mdmemory.store.connection import DatabaseError
 from mdmemory.store.faults import store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.tools import citations_on, get_file, search_response
@@ -38,6 +36,7 @@ if TYPE_CHECKING:
     from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.factory import ProviderChoice
     from mdmemory.search import SearchOutcome
+    from mdmemory.store import Store
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -50,7 +49,11 @@ def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Con
     def wrapper(self: Memory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
-        except (DatabaseError, StoreError) as exc:
+        except Exception as exc:
+            from mdmemory.store.connection import DatabaseError  # loaded already when it is one
+
+            if not isinstance(exc, (DatabaseError, StoreError)):
+                raise
             fault = store_fault(exc, self.agent.store_path)
             self._record_error(fault)
             self.release_store()
@@ -150,6 +153,8 @@ class Memory(ProviderSelection):
         budget: float | None = None,
     ) -> SyncReport:
         """One sync; a SQLite or file-system failure of the index comes out as a ``StoreError`` saying the fix."""
+        from mdmemory.store.connection import DatabaseError
+
         path = self.agent.store_path
         try:
             self._follow_shared_state()
@@ -244,6 +249,8 @@ class Memory(ProviderSelection):
     @property
     def store(self) -> Store:
         if self._store is None:
+            from mdmemory.store import Store
+
             self._store = Store(self.agent.store_path)
         return self._store
 

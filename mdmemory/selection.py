@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING, Any
 from mdmemory.config import AgentConfig, MemorySearchConfig
 from mdmemory.errors import ProviderError, StoreError
 from mdmemory.providers import deadline
-from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
-from mdmemory.providers.factory import ProviderChoice, build, choose
-from mdmemory.store import Store
-from mdmemory.store.connection import DatabaseError
 
+# The providers and the store are imported when a provider is first chosen: ``mdmemory get`` (a ``Memory``
+# that never embeds nor opens its index) then pays for neither.
 if TYPE_CHECKING:
     from mdmemory.indexer import Indexer
+    from mdmemory.providers.base import EmbeddingProvider
+    from mdmemory.providers.breaker import CircuitBreaker
+    from mdmemory.providers.factory import ProviderChoice
+    from mdmemory.store import Store
 
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again
@@ -51,6 +52,8 @@ class ProviderSelection:
         ``PROVIDER_RETRY_SECONDS``."""
         retry = self.provider_error is not None and time.monotonic() - self._choice_at > PROVIDER_RETRY_SECONDS
         if self._choice is None or retry:
+            from mdmemory.providers.factory import ProviderChoice, choose
+
             try:
                 self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
                 self.provider_error = None
@@ -66,12 +69,17 @@ class ProviderSelection:
 
     def _breaker(self, provider: EmbeddingProvider) -> CircuitBreaker:
         """The provider's circuit breaker on this index, shared with other processes (providers/breaker.py)."""
+        from mdmemory.providers.breaker import BreakerPolicy, breaker_for
+
         b = self.settings.breaker
         policy = BreakerPolicy(b.failures, b.cool_down_seconds, b.max_cool_down_seconds)
         return breaker_for(self.agent.store_path, provider.provider_key, provider.id, provider.model, policy)
 
     def _persisted_fallback(self) -> ProviderChoice | None:
         """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
+        from mdmemory.providers.factory import ProviderChoice, build
+        from mdmemory.store.connection import DatabaseError
+
         try:
             state = self.store.get_meta("fallback")
         except (StoreError, DatabaseError):
@@ -95,6 +103,8 @@ class ProviderSelection:
             return False
         if deadline.current() is not None:  # inside a search's time budget: the next sync switches and rebuilds
             return False
+        from mdmemory.providers.factory import ProviderChoice, build
+
         try:
             provider = build(target, self.settings, self.agent.home, self.env)
         except ProviderError:

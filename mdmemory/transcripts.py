@@ -26,7 +26,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +159,8 @@ def _load_state(path: Path) -> dict[str, dict[str, int]]:
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here: every Memory imports this module, few write a transcript copy
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix + ".part")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

@@ -18,15 +18,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from filelock import FileLock, Timeout
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import EmbeddingsPending, LockError
@@ -72,6 +69,8 @@ def running(store_path: Path) -> WorkerInfo | None:
 
 
 def _held(path: Path) -> bool:
+    from filelock import FileLock, Timeout  # here, not at the top: a search that leaves no work never needs it
+
     probe = FileLock(str(path))
     try:
         probe.acquire(timeout=0)
@@ -83,6 +82,10 @@ def _held(path: Path) -> bool:
 
 def spawn(agent: AgentConfig, config_source: Path | None, purpose: str, env: Mapping[str, str]) -> WorkerInfo:
     """Start a detached worker for ``agent`` unless one is running already; returns the one doing the work."""
+    import subprocess
+
+    from filelock import FileLock
+
     store_path = agent.store_path
     store_path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(_file(store_path, ".spawn.lock")), timeout=10):
@@ -123,6 +126,8 @@ def _write_state(store_path: Path, info: WorkerInfo) -> None:
 def run(mem: Memory, patience: float = PATIENCE_SECONDS) -> dict[str, Any]:
     """The worker's body (``mdmemory index --worker``): take the worker lock, sync until done or out of
     patience, remove the state file. Raises LockError when another worker is running."""
+    from filelock import FileLock, Timeout
+
     store_path = mem.agent.store_path
     store_path.parent.mkdir(parents=True, exist_ok=True)
     life = FileLock(str(_file(store_path, ".lock")))

@@ -19,6 +19,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "markdown_it", "watchdog", "tqdm", "llama_cpp", "openai")
+# Lighter, but still more than some commands need: the index (sqlean), the lock files, the providers.
+MODULES = ("sqlean", "filelock", "mdmemory.providers.base", "mdmemory.store.index", "subprocess")
 RUN_AND_REPORT = f"""
 import contextlib, io, json, sys
 from mdmemory import cli
@@ -28,8 +30,13 @@ with contextlib.redirect_stdout(out):
         code = cli.main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-heavy = {HEAVY!r}
-print(json.dumps({{"code": code, "loaded": sorted(m for m in sys.modules if m in heavy), "out": out.getvalue()}}))
+heavy, light = {HEAVY!r}, {MODULES!r}
+print(json.dumps({{
+    "code": code,
+    "loaded": sorted(m for m in sys.modules if m in heavy),
+    "modules": sorted(m for m in sys.modules if m in light),
+    "out": out.getvalue(),
+}}))
 """
 
 
@@ -82,6 +89,23 @@ def test_a_command_imports_only_what_it_runs(keyword_config: Path, args: tuple[s
     report = _run(keyword_config, *args)
     assert report["code"] == 0
     assert report["loaded"] == [], f"`mdmemory {args[0]}` imported {report['loaded']}"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("get", "MEMORY.md"), []),  # reads one file: no index, no locks, no provider
+        # nothing to index: the index and the provider, no lock, no worker
+        (("search", "backup"), ["mdmemory.providers.base", "mdmemory.store.index", "sqlean"]),
+    ],
+    ids=["get", "search"],
+)
+def test_a_command_loads_no_index_or_lock_it_does_not_use(
+    keyword_config: Path, args: tuple[str, ...], expected: list[str]
+) -> None:
+    report = _run(keyword_config, *args)
+    assert report["code"] == 0
+    assert report["modules"] == expected
 
 
 def test_search_after_an_edit_imports_the_chunker_it_needs(keyword_config: Path) -> None:

@@ -1,7 +1,33 @@
-"""SQLite store: connection factory (sqlite-vec), migrations, vector codec, index queries."""
+"""SQLite store: connection factory (sqlite-vec), migrations, vector codec, index queries.
 
-from mdmemory.store.connection import connect, transaction
-from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, Store
-from mdmemory.store.vectors import decode_vector, encode_vector
+The names below are imported on first use (PEP 562), so that importing a light submodule (``faults``,
+``health``) does not open SQLite: ``mdmemory get`` never touches the index.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mdmemory.store.connection import connect, transaction
+    from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, Store
+    from mdmemory.store.vectors import decode_vector, encode_vector
+
+_HOMES = {
+    "connect": "connection",
+    "transaction": "connection",
+    "ChunkRow": "index",
+    "ChunkVectors": "index",
+    "FileRow": "index",
+    "Store": "index",
+    "decode_vector": "vectors",
+    "encode_vector": "vectors",
+}
 
 __all__ = ["ChunkRow", "ChunkVectors", "FileRow", "Store", "connect", "decode_vector", "encode_vector", "transaction"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'mdmemory.store' has no attribute {name!r}")
+    return getattr(import_module(f"mdmemory.store.{home}"), name)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
-
-import sqlean
 
 from mdmemory.errors import StoreError
 
@@ -50,7 +49,8 @@ def fault_kind(exc: BaseException) -> str:
     """``full``, ``read-only``, ``corrupt``, ``cantopen``, ``io`` or ``error`` for a SQLite or OS error."""
     if isinstance(exc, StoreError):
         return exc.kind
-    if isinstance(exc, sqlean.Error):
+    sqlean = sys.modules.get("sqlean")  # a SQLite error means it is loaded; a command without an index never is
+    if sqlean is not None and isinstance(exc, sqlean.Error):
         code = getattr(exc, "sqlite_errorcode", None)
         if isinstance(code, int) and (code & 0xFF) in _SQLITE_KINDS:
             return _SQLITE_KINDS[code & 0xFF]
