@@ -11,16 +11,19 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdmemory import __version__  # noqa: I001
+from mdmemory import cli_format as render
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.cli_service import register as register_service_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
-from mdmemory.memory import Memory
-from mdmemory.store.faults import human_size
+
+if TYPE_CHECKING:
+    from mdmemory.memory import Memory
 
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
@@ -104,7 +107,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
     if args.worker:
         from mdmemory import worker
 
-        return worker.run(mem), _format_index
+        return worker.run(mem), render.format_index
     bar = None
     progress = None
     if not args.json and sys.stderr.isatty():
@@ -122,31 +125,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
     finally:
         if bar is not None:
             bar.close()
-    return report, _format_index
-
-
-def _format_index(r: dict[str, Any]) -> str:
-    if r.get("disabled"):
-        return f"nothing indexed: {r['reason']}"
-    lines = [
-        f"{r['files']} files ({r['indexed']} indexed, {r['unchanged']} unchanged, {r['removed']} removed), "
-        f"{r['chunks']} chunks written, {r['embedded']} embedded, {r['fromCache']} from cache, "
-        f"{len(r['skipped'])} skipped, {r['seconds']:.2f} s" + (" (full rebuild)" if r["rebuilt"] else "")
-    ]
-    lines += [f"skipped {display_name(s['path'])}: {s['reason']}" for s in r["skipped"]]
-    if r.get("held"):
-        lines.append(f"kept {r['held']} indexed file(s) whose folder is missing (see `mdmemory status`)")
-    lines += [f"error {display_name(e['path'])}: {e['error']}" for e in r["errors"]]
-    if r.get("pending"):
-        lines.append(f"{r['pending']} chunk(s) waiting for embeddings (found by keywords meanwhile)")
-    if r.get("deferred"):
-        lines.append(f"{r['deferred']} changed file(s) left for the next sync")
-    if r.get("repaired"):
-        lines.append(
-            f"repaired: the corrupt index was moved aside to {r['repaired']['path']} and rebuilt from the files"
-        )
-    lines += [f"warning: {w}" for w in r.get("warnings", [])]
-    return "\n".join(lines)
+    return report, render.format_index
 
 
 def check_search(args: argparse.Namespace) -> None:
@@ -160,24 +139,7 @@ def check_search(args: argparse.Namespace) -> None:
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
     mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
     result = mem.search(args.query, max_results=args.max_results, min_score=args.min_score, session_kind=args.kind)
-    return result, _format_search
-
-
-def _format_search(r: dict[str, Any]) -> str:
-    head = f"{len(r['results'])} result(s) · {r['mode']} · provider {r['provider']}"
-    if r.get("model"):
-        head += f" ({r['model']})"
-    out = [head]
-    for i, hit in enumerate(r["results"], start=1):
-        low = "  (low confidence)" if hit.get("lowConfidence") else ""
-        where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
-        out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
-        out.extend("   " + line for line in hit["snippet"].splitlines())
-    for note in r.get("warnings", []):
-        out.append(f"\nnote: {note}")
-    if r.get("fallback"):
-        out.append(f"note: fell back from {r['fallback']['from']}: {r['fallback']['reason']}")
-    return "\n".join(out)
+    return result, render.format_search
 
 
 def cmd_get(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
@@ -185,17 +147,17 @@ def cmd_get(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Call
 
 
 def cmd_status(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
-    return mem.status(), _format_status
+    return mem.status(), render.format_status
 
 
 def cmd_session_start(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
     result = mem.session_start()
 
     def fmt(r: dict[str, Any]) -> str:
-        head = _format_index(r["sync"]) if r["sync"] else "sync on session start is off (sync.onSessionStart)"
+        head = render.format_index(r["sync"]) if r["sync"] else "sync on session start is off (sync.onSessionStart)"
         if r["status"].get("enabled") is False:
             head = "no sync: memory search is disabled (memorySearch.enabled is false)"
-        return head + "\n" + _format_status(r["status"])
+        return head + "\n" + render.format_status(r["status"])
 
     return result, fmt
 
@@ -263,131 +225,71 @@ def cmd_model_convert(
     return result, lambda r: f"wrote {r['path']} ({r['type']}, {r['bytes']} bytes)"
 
 
-def _format_status(s: dict[str, Any]) -> str:
-    files = "unknown (the index cannot be read)" if s["files"] is None else None
-    lines = [
-        f"agent       {s['agent']}",
-        f"workspace   {s['workspace']}",
-        f"store       {s['store']}",
-        f"provider    {s['provider']}"
-        + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
-        + (f", requested {s['requestedProvider']}" if s["requestedProvider"] not in (s["provider"], "auto") else "")
-        + f" · {s['mode']} search",
-        f"indexed     {files}"
-        if files
-        else f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors, "
-        f"{s['cacheEntries']} cached embeddings",
-        f"last sync   {s['lastSync'] or 'never'}"
-        + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
-        f"stale       {len(s['staleFiles'])} file(s)" if files is None else "stale       unknown",
-    ]
-    if s["indexProvider"] and (s["indexProvider"], s["indexModel"]) != (s["provider"], s["model"]):
-        built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")
-        lines.insert(5, f"index       built by {built}")
-    lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
-    said = {d["message"] for d in s.get("degraded", [])}
-    s = {**s, "warnings": [w for w in s.get("warnings", []) if w not in said]}  # once is loud enough
-    for key, label, render in _STATUS_FIELDS:
-        if s.get(key) not in (None, [], {}, ""):
-            lines += [f"{label:<11} {text}" for text in render(s[key])]
-    return "\n".join(lines)
-
-
-def _store_state_lines(state: dict[str, Any]) -> list[str]:
-    head = state["state"] + (f": {state['message']}" if state.get("message") else "")
-    if state["state"] == "full" and state.get("freeBytes") is not None:
-        head += f" ({human_size(state['freeBytes'])} free now)"
-    moved = [f"corrupt index moved aside {m['at']} to {m['path']}, rebuilt from the files" for m in state["movedAside"]]
-    return [head, *moved]
-
-
-def _watcher_lines(w: dict[str, Any]) -> list[str]:
-    if w.get("running"):
-        line = f"running · {w.get('mode')} · pid {w.get('pid')}"
-        if w.get("since"):
-            line += f" · since {_iso(w['since'])}"
-        if w.get("fallbackReason"):
-            line += f" (polling because {w['fallbackReason']})"
-        if w.get("armed") is False:
-            line += f" · NOT watching: waiting for {w.get('waitingFor')} to exist"
-        elif w.get("rearms"):
-            line += f" · re-armed {w['rearms']} time(s)"
-        return [line] + ([f"its last sync failed: {w['lastError']}"] if w.get("lastError") else [])
-    if w.get("lastPid"):
-        return [f"not running (pid {w['lastPid']} last seen {_iso(w.get('lastHeartbeat') or 0)})"]
-    return ["not running (`mdmemory watch` keeps the index fresh)"]
-
-
-def _plain(value: Any) -> list[str]:
-    """Any other status value as text: a list item per line, a dict as key=value pairs."""
-    if isinstance(value, list):
-        return [t for item in value for t in _plain(item)]
-    if isinstance(value, dict):
-        return [", ".join(f"{k}={v}" for k, v in value.items() if v not in (None, "", [], {}))]
-    return [str(value)]
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(ts)))
-
-
-# Optional status fields, printed when present and not empty: (key, label, lines of text). One line per field.
-_STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
-    ("storeState", "store state", _store_state_lines),
-    ("watcher", "watcher", _watcher_lines),
-    ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
-    ("degraded", "degraded", lambda items: [d["message"] for d in items]),
-    ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
-    (
-        "pendingEmbeddings",
-        "pending",
-        lambda n: [f"{n} chunk(s) waiting for embeddings (found by keywords meanwhile)"] if n else [],
-    ),
-    ("worker", "worker", lambda w: [f"pid {w['pid']} ({w['purpose']}) in the background"]),
-    (
-        "breaker",
-        "breaker",
-        lambda b: [] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
-    ),
-    ("warnings", "warning", lambda items: [str(w) for w in items]),
-]
-
-
 # -- entry point ---------------------------------------------------------------------------------------
+Outcome = tuple[int, str, str]  # exit code, what goes to stdout, what goes to stderr
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = _merge_global_options(parser.parse_args(argv))
-    as_json = getattr(args, "json", False)
+    """Run one command in this process (mdmemory.entry asks a running daemon first)."""
+    args = parse(argv)
     if getattr(args, "command_main", None) is not None:
         return int(args.command_main(args))
+    try:
+        outcome = execute(args, lambda: _open_memory(args))
+    except KeyboardInterrupt:
+        outcome = _failure(MdMemoryError("interrupted"), EXIT_RUNTIME, args.json)
+    return _write(outcome)
+
+
+def _open_memory(args: argparse.Namespace) -> Memory:
+    from mdmemory.memory import Memory  # here: `mdmemory model convert` and usage errors need none of it
+
+    return Memory.open(agent=args.agent, config_path=args.config)
+
+
+def parse(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """The command line's arguments, ``--config/--agent/--json`` given before the command merged in."""
+    return _merge_global_options((parser or build_parser()).parse_args(argv))
+
+
+def execute(args: argparse.Namespace, memory: Callable[[], AbstractContextManager[Memory]]) -> Outcome:
+    """Run a parsed command on the ``Memory`` that ``memory()`` enters, and render what it prints.
+
+    The same for a command run here and one a daemon answers (mdmemory.ipc_server), so both print the same."""
+    as_json = args.json
     try:
         if getattr(args, "check", None) is not None:
             args.check(args)
         if not getattr(args, "needs_memory", True):
-            result, fmt = args.func(args, None)
+            result, show = args.func(args, None)
         else:
-            mem = Memory.open(agent=args.agent, config_path=args.config)
-            try:
-                result, fmt = args.func(args, mem)
-            finally:
-                mem.close()
+            with memory() as mem:
+                result, show = args.func(args, mem)
     except (ConfigError, InvalidArgumentError) as exc:
-        return _fail(exc, EXIT_USAGE, as_json)
+        return _failure(exc, EXIT_USAGE, as_json)
     except MdMemoryError as exc:
-        return _fail(exc, EXIT_RUNTIME, as_json)
-    except KeyboardInterrupt:
-        return _fail(MdMemoryError("interrupted"), EXIT_RUNTIME, as_json)
+        return _failure(exc, EXIT_RUNTIME, as_json)
+    code = EXIT_RUNTIME if result.get("error") else EXIT_OK
+    if as_json:
+        return code, json.dumps(result, ensure_ascii=False, indent=2) + "\n", ""
+    if result.get("error"):
+        return code, "", f"mdmemory: error: {display_text(str(result['error']))}\n"
+    # text for a terminal: names and notes may hold escape sequences (JSON keeps them exact)
+    return code, display_text(show(result)) + "\n", ""
+
+
+def _write(outcome: Outcome) -> int:
+    code, out, err = outcome
     try:
-        if as_json:
-            print(json.dumps(result, ensure_ascii=False, indent=2))
-        elif result.get("error"):
-            print(f"mdmemory: error: {display_text(str(result['error']))}", file=sys.stderr)
-        else:  # text for a terminal: names and notes may hold escape sequences (JSON keeps them exact)
-            print(display_text(fmt(result)))
-        sys.stdout.flush()
+        if out:
+            sys.stdout.write(out)
+            sys.stdout.flush()
     except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_RUNTIME if result.get("error") else EXIT_OK
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
+    return code
 
 
 def _merge_global_options(args: argparse.Namespace) -> argparse.Namespace:
@@ -404,11 +306,13 @@ def _merge_global_options(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+def _failure(exc: BaseException, code: int, as_json: bool) -> Outcome:
+    out = json.dumps({"error": str(exc)}, ensure_ascii=False) + "\n" if as_json else ""
+    return code, out, f"mdmemory: error: {display_text(str(exc))}\n"
+
+
 def _fail(exc: BaseException, code: int, as_json: bool) -> int:
-    if as_json:
-        print(json.dumps({"error": str(exc)}, ensure_ascii=False))
-    print(f"mdmemory: error: {display_text(str(exc))}", file=sys.stderr)
-    return code
+    return _write(_failure(exc, code, as_json))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,6 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import json5
 
+from mdmemory import configpath
 from mdmemory.errors import ConfigError
 from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
 
@@ -562,10 +563,9 @@ def _absolute(text: str, base: Path, env: Mapping[str, str]) -> Path:
     """``text`` with ``~`` expanded (``env["HOME"]`` first), made absolute against ``base``.
 
     Normalised like ``os.path.abspath``; symlinks are not resolved, so the workspace rules still see them.
+    The rule lives in mdmemory.configpath, shared with the command line's daemon client.
     """
-    if (text == "~" or text.startswith(("~/", "~\\"))) and env.get("HOME"):
-        text = env["HOME"] + text[1:]
-    return Path(os.path.abspath(base / Path(text).expanduser()))
+    return Path(configpath.absolute(text, str(base), env))
 
 
 def _read(ld: _Loader, path: Path) -> Any:
@@ -587,15 +587,13 @@ def _read(ld: _Loader, path: Path) -> Any:
 
 
 def _find_source(path: str | os.PathLike[str] | None, env: Mapping[str, str], home: Path) -> Path | None:
-    explicit, origin = (path, "path argument") if path else (env.get("MDMEMORY_CONFIG"), "MDMEMORY_CONFIG")
-    if not explicit:
-        default = home / "config.json5"
-        return default if default.is_file() else None
-    found = _absolute(os.fspath(explicit), Path.cwd(), env)
-    if not found.is_file():
+    found, origin = configpath.config_file(path, env, str(home))
+    if found is None:
+        return None
+    if origin != "default" and not os.path.isfile(found):
         fix = "create it (see config.example.json5) or give the path of an existing file"
-        raise ConfigError(f"config file not found (from {origin}). Fix: {fix}.", source=str(found))
-    return found
+        raise ConfigError(f"config file not found (from {origin}). Fix: {fix}.", source=found)
+    return Path(found)
 
 
 def _head(ld: _Loader, cls: type[H], raw: Any, key: str) -> H:
@@ -715,7 +713,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     ConfigError naming the dotted key path for any invalid input.
     """
     env = os.environ if env is None else env
-    home = _absolute(env.get("MDMEMORY_HOME") or "~/.mdmemory", Path.cwd(), env)
+    home = Path(configpath.home_dir(env))
     source = _find_source(path, env, home)
     ld, base = _Loader(source), source.parent if source else Path.cwd()
     root = _read(ld, source) if source else {}

@@ -1,0 +1,126 @@
+"""The daemon socket, both ends' shared half: where it is, what a config is, and how a message is framed.
+
+``mdmemory watch`` and ``mdmemory serve`` answer the command line's ``search``, ``get`` and ``pack`` over a
+Unix socket (mdmemory.ipc_server); the command line asks it first (mdmemory.entry) and runs the command
+itself when no daemon answers. This module is all the client imports of ours, so it uses the standard
+library only (no config dataclasses, no numpy); where the config file is comes from mdmemory.configpath,
+as for mdmemory.config.
+
+- **Socket**: ``<index>.sock`` beside each served agent's index, mode 0600 (connecting needs write access
+  to it, so only its owner can). One socket per agent.
+- **Rendezvous**: the client knows its config file and ``--agent``, not the index path (that takes loading
+  the config), so the daemon also links ``<home>/run/<key>.sock`` (a 0700 folder) to each socket, the key a
+  hash of the config file's path and the agent id; the default agent gets a second link for "no --agent".
+- **Fingerprint**: a hash of everything the resolved config depends on: the config file's absolute path
+  and bytes, and the environment variables that change a resolution. The daemon pins the one it loaded;
+  a client whose fingerprint differs (the file was edited, another ``MDMEMORY_WORKSPACE``...) is refused
+  and runs the command itself, so it never gets an answer for another config.
+- **Frame**: a 4-byte big-endian length, then that many bytes of UTF-8 JSON; one request, one reply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from mdmemory.configpath import absolute
+
+PROTOCOL = 1
+MAX_REQUEST_BYTES = 256 * 1024  # an argv: a query and a few options
+MAX_REPLY_BYTES = 256 * 1024 * 1024  # a `get` of a large file or a big pack, as JSON
+DISABLE_ENV = "MDMEMORY_DAEMON"  # "off": the command line never asks a daemon
+# What load_config reads from the environment besides the file (mdmemory.config, mdmemory.providers).
+FINGERPRINT_ENV = ("MDMEMORY_HOME", "MDMEMORY_WORKSPACE", "HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TZ")
+_PATH_ENV = ("MDMEMORY_HOME", "MDMEMORY_WORKSPACE")  # relative values resolve against the cwd
+_HEADER = struct.Struct(">I")
+_SUN_PATH_MAX = 107  # sockaddr_un.sun_path, less its NUL
+
+
+class ProtocolError(Exception):
+    """A frame that is too large, truncated or not a JSON object."""
+
+
+def fingerprint(source: str | None, env: Mapping[str, str]) -> str | None:
+    """What a config resolves from, hashed (see the module docstring); None when the file cannot be read."""
+    digest = None
+    if source is not None:
+        try:
+            with open(source, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            return None
+    values = {k: env.get(k) for k in FINGERPRINT_ENV}
+    for key in _PATH_ENV:
+        if values[key]:
+            values[key] = absolute(str(values[key]), os.getcwd(), env)
+    text = json.dumps({"config": source, "sha256": digest, "env": values}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- addresses ---------------------------------------------------------------------------------------------
+def run_dir(home: str) -> str:
+    return os.path.join(home, "run")
+
+
+def rendezvous(home: str, source: str | None, agent: str | None) -> str:
+    """The link a client with this config file and ``--agent`` (None: the default agent) connects to."""
+    key = hashlib.sha256(f"{source or ''}\0{agent or ''}".encode()).hexdigest()[:20]
+    return os.path.join(run_dir(home), f"{key}.sock")
+
+
+def socket_path(store_path: str | os.PathLike[str]) -> str:
+    """The socket beside an agent's index."""
+    return f"{os.fspath(store_path)}.sock"
+
+
+def short_address(path: str) -> tuple[str, int | None]:
+    """An address ``connect``/``bind`` accept for ``path``, and a folder descriptor to close afterwards.
+
+    ``sun_path`` holds 107 bytes; a longer path is reached through ``/proc/self/fd/N/`` of its folder."""
+    if len(os.fsencode(path)) <= _SUN_PATH_MAX:
+        return path, None
+    folder, name = os.path.split(path)
+    fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end (Linux ``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+# -- frames ------------------------------------------------------------------------------------------------
+def send(sock: socket.socket, message: Mapping[str, Any]) -> None:
+    data = json.dumps(message, ensure_ascii=False).encode()
+    sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def receive(sock: socket.socket, limit: int) -> dict[str, Any]:
+    """One framed JSON object; ProtocolError when it is over ``limit`` bytes, cut short or not an object."""
+    size = _HEADER.unpack(_read(sock, _HEADER.size))[0]
+    if size > limit:
+        raise ProtocolError(f"a message of {size} bytes is over the limit of {limit}")
+    try:
+        message = json.loads(_read(sock, size))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"not JSON: {exc}") from None
+    if not isinstance(message, dict):
+        raise ProtocolError("not a JSON object")
+    return message
+
+
+def _read(sock: socket.socket, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            raise ProtocolError(f"the connection closed {left} bytes short")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
