@@ -1,7 +1,7 @@
-"""``python -m mdmemory`` runs the command line."""
+"""``python -m mdmemory`` runs the command line (a running daemon answers search/get/pack: mdmemory.entry)."""
 
 import sys
 
-from mdmemory.cli import main
+from mdmemory.entry import main
 
 sys.exit(main())

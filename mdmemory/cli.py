@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.cli_service import register as register_service_commands
 from mdmemory.display import display_name, display_text
+from mdmemory.entry import write
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 
 if TYPE_CHECKING:
@@ -28,31 +28,31 @@ if TYPE_CHECKING:
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep that, add a hint
         self.print_usage(sys.stderr)
         print(f"mdmemory: error: {message} (see `mdmemory --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
-def _common() -> _Parser:
-    common = _Parser(add_help=False)
+def _common() -> Parser:
+    common = Parser(add_help=False)
     common.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
     common.add_argument("--agent", help="agent id from agents.list (default: the default agent)")
     common.add_argument("--json", action="store_true", help="print JSON instead of text")
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(parser_class: type[Parser] = Parser) -> argparse.ArgumentParser:
     common = _common()
-    parser = _Parser(prog="mdmemory", description="Durable Markdown memory for AI agents.")
+    parser = parser_class(prog="mdmemory", description="Durable Markdown memory for AI agents.")
     parser.add_argument("--version", action="version", version=f"mdmemory {__version__}")
     # The global options are accepted before the command too (`mdmemory --json status`). They get their own
     # dests: a subcommand's defaults would otherwise overwrite them; main() merges the two.
     parser.add_argument("--config", dest="global_config", metavar="CONFIG", help="config file, for any command")
     parser.add_argument("--agent", dest="global_agent", metavar="AGENT", help="agent id, for any command")
     parser.add_argument("--json", dest="global_json", action="store_true", help="print JSON, for any command")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
     p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=None, command_main=watch_main)
 
     model = sub.add_parser("model", help="download or convert local embedding models")
-    msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
+    msub = model.add_subparsers(dest="model_command", required=True, parser_class=parser_class)
     p = msub.add_parser("pull", parents=[common], help="download a GGUF model ahead of time")
     p.add_argument("uri", nargs="?", help="hf:owner/repo/file.gguf (default: memorySearch.local.modelPath)")
     p.set_defaults(func=cmd_model_pull)
@@ -169,7 +169,7 @@ def watch_main(args: argparse.Namespace) -> int:
     import threading
 
     from mdmemory import daemon
-    from mdmemory.config import load_config
+    from mdmemory.ipc_server import load_pinned
 
     stop = threading.Event()
     # Lines go through a reentrant queue to one writer thread: the signal handler below runs on the main
@@ -193,8 +193,10 @@ def watch_main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     try:
-        config = load_config(args.config)
-        daemon.run(config, args.agent, emit, stop, polling=True if args.polling else None)
+        config, fingerprint = load_pinned(args.config)
+        if fingerprint is None:
+            emit({"event": "error", "error": "the config file kept changing while loading; no command-line socket"})
+        daemon.run(config, args.agent, emit, stop, polling=True if args.polling else None, fingerprint=fingerprint)
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE, True)
     except MdMemoryError as exc:
@@ -279,17 +281,7 @@ def execute(args: argparse.Namespace, memory: Callable[[], AbstractContextManage
 
 
 def _write(outcome: Outcome) -> int:
-    code, out, err = outcome
-    try:
-        if out:
-            sys.stdout.write(out)
-            sys.stdout.flush()
-    except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if err:
-        sys.stderr.write(err)
-        sys.stderr.flush()
-    return code
+    return write(*outcome)
 
 
 def _merge_global_options(args: argparse.Namespace) -> argparse.Namespace:

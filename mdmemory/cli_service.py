@@ -48,12 +48,12 @@ def _fail(exc: BaseException, code: int) -> int:
 
 
 def serve_main(args: argparse.Namespace) -> int:
-    from mdmemory.config import load_config
+    from mdmemory.ipc_server import load_pinned
     from mdmemory.service.server import serve
 
     try:
-        config = load_config(args.config)
-        serve(config, args.host, args.port)
+        config, fingerprint = load_pinned(args.config)
+        serve(config, args.host, args.port, fingerprint=fingerprint)
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE)
     except MdMemoryError as exc:

@@ -23,6 +23,7 @@ from filelock import FileLock, Timeout
 
 from mdmemory.config import AgentConfig, Config
 from mdmemory.errors import LockError, StoreError
+from mdmemory.ipc_server import IpcServer
 from mdmemory.memory import Memory
 from mdmemory.statefile import write_state_file
 from mdmemory.sync import SyncService
@@ -173,16 +174,31 @@ def run(
     stop: threading.Event,
     *,
     polling: bool | None = None,
+    fingerprint: str | None = None,
 ) -> None:
-    """Watch the given agents (all configured agents when empty) until ``stop`` is set."""
+    """Watch the given agents (all configured agents when empty) until ``stop`` is set.
+
+    With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), the watched agents also answer
+    the command line's ``search``/``get``/``pack`` on their sockets (mdmemory.ipc_server)."""
     agents = [config.agent(a) for a in agent_ids] if agent_ids else list(config.agents)
     watches: list[AgentWatch] = []
+    server: IpcServer | None = None
     try:
         for agent in agents:
             if not agent.memory_search.enabled:
                 emit({"event": "skipped", "agent": agent.id, "reason": "memorySearch.enabled is false"})
                 continue
             watches.append(start_agent(agent, config, emit, polling=polling))
+        if fingerprint is not None and watches:
+            by_id = {w.agent.id: w for w in watches}
+            server = IpcServer(
+                config,
+                fingerprint,
+                [w.agent for w in watches],
+                emit,
+                shared_choice=lambda agent_id: by_id[agent_id].service.memory._choice,
+            )
+            server.start()
         while not stop.wait(HEARTBEAT_SECONDS):
             for watch in watches:
                 if not watch.watcher.is_alive():
@@ -201,6 +217,8 @@ def run(
                 else:
                     watch.state_error = None
     finally:
+        if server is not None:
+            server.stop()  # before the agents: its memories share their providers
         for watch in watches:
             stop_agent(watch)
         emit({"event": "stopped", "agents": [w.agent.id for w in watches]})

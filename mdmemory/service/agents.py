@@ -96,6 +96,16 @@ class Agents:
                 found = self._agents[agent_id] = self._open(self.config_of(agent_id))
             return found
 
+    def shared_choice(self, agent_id: str) -> Any:
+        """The provider choice an agent with ``agent_id``'s embedding settings uses here, if one exists yet
+        (the command-line socket answers with it: a local model is loaded once per process)."""
+        config = next((a for a in self.config.agents if a.id == agent_id), None)
+        with self._lock:
+            opened = self._agents.get(agent_id)
+            if opened is not None:
+                return opened.memory._choice
+            return self._choices.get(_provider_key(config)) if config is not None else None
+
     def opened(self) -> list[Agent]:
         with self._lock:
             return list(self._agents.values())

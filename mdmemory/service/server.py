@@ -8,14 +8,17 @@ durable; the index follows within about a second (``INDEX_EVERY_SECONDS``), and 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.ipc_server import IpcServer
 from mdmemory.service.agents import Agents
 from mdmemory.service.telemetry import Telemetry
 
@@ -81,9 +84,16 @@ class BackgroundIndexer:
 
 
 def serve(
-    config: Config, host: str | None = None, port: int | None = None, env: Mapping[str, str] | None = None
+    config: Config,
+    host: str | None = None,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    fingerprint: str | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT. Raises ConfigError for a non-loopback host without a token."""
+    """Run until SIGTERM/SIGINT. Raises ConfigError for a non-loopback host without a token.
+
+    With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
+    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
     import uvicorn
 
     from mdmemory.service.app import build_app
@@ -105,9 +115,20 @@ def serve(
     # so that the indexer stops and every index is closed before the process exits (status 0).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
+    sockets = None
+    if fingerprint is not None:
+        sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
+        sockets.start()
     indexer.start()
     try:
         server.run()
     finally:
+        if sockets is not None:
+            sockets.stop()
         indexer.stop()
         agents.close()
+
+
+def _log_error(event: dict[str, Any]) -> None:
+    if event.get("event") == "error":
+        print(json.dumps(event, ensure_ascii=False), file=sys.stderr, flush=True)
