@@ -27,6 +27,8 @@ from mdmemory.config import load_config
 from mdmemory.ipc_server import IpcServer, load_pinned
 from tests.conftest import REPO, write
 from tests.daemon_helpers import Daemon
+from tests.service_bodies import openai_entry, retain_body
+from tests.service_server import Service
 
 CLIENT = """
 import contextlib, io, json, sys
@@ -272,3 +274,19 @@ def test_the_server_stops_its_threads(config: Path, no_thread_leaks: None) -> No
 )
 def test_scan_reads_config_and_agent_as_argparse_does(argv: list[str], expected: Any) -> None:
     assert entry.scan(argv) == expected
+
+
+def test_serve_answers_the_command_line_too(config: Path, tmp_path: Path) -> None:
+    """`mdmemory serve` searches its agents' sessions too; the socket answers with the command line's config."""
+    svc = Service(config, Path(os.environ["MDMEMORY_HOME"]), None, tmp_path / "serve.log")
+    svc.start()
+    try:
+        entry = openai_entry("what is the gate code now?", "The gate code changed to 9090.")
+        assert svc.call("POST", "/retain", retain_body("main", entry)).status == 202  # a session the CLI ignores
+        cfg = ["--config", str(config)]
+        same_as_in_process("search", "gate code", *cfg, "--json")
+        same_as_in_process("--agent", "work", "pack", "deploy", *cfg)
+        same_as_in_process("get", "MEMORY.md", *cfg, "--json")
+    finally:
+        assert svc.stop() == 0
+    assert not socket_of(config, "main").exists()
