@@ -118,3 +118,15 @@ def test_search_after_an_edit_imports_the_chunker_it_needs(keyword_config: Path)
     assert report["loaded"] == ["markdown_it"]
     found = json.loads(str(report["out"]))["results"]
     assert [r["path"] for r in found] == ["MEMORY.md"] and "zanzibar" in found[0]["snippet"]
+
+
+def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() -> None:
+    """What `mdmemory search` pays when a daemon answers (mdmemory.entry): no config, no argparse, no index."""
+    probe = "import json, sys, mdmemory.entry; print(json.dumps(sorted(sys.modules)))"
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    loaded = set(json.loads(proc.stdout))
+    ours = sorted(m for m in loaded if m.startswith("mdmemory"))
+    assert ours == ["mdmemory", "mdmemory.configpath", "mdmemory.entry", "mdmemory.errors", "mdmemory.ipc"]
+    assert not loaded & {"argparse", "dataclasses", "sqlean", "json5", "filelock", *HEAVY}
