@@ -13,7 +13,6 @@ Until it knows the daemon answers, this module imports only the standard library
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -77,10 +76,15 @@ def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | 
     config_arg, agent_arg = scanned
     home = configpath.home_dir(env)
     source, _ = configpath.config_file(config_arg, env, home)
+    link = ipc.rendezvous(home, source, agent_arg)
+    if not os.path.islink(link):
+        return None  # no daemon serves this config and agent (and the socket module is not even loaded)
+    import socket
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_SECONDS)
-        address, fd = ipc.short_address(ipc.rendezvous(home, source, agent_arg))
+        address, fd = ipc.short_address(link)
         try:
             sock.connect(address)
         finally:

@@ -23,12 +23,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import struct
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdmemory.configpath import absolute
+
+if TYPE_CHECKING:
+    import socket
 
 PROTOCOL = 1
 MAX_REQUEST_BYTES = 256 * 1024  # an argv: a query and a few options
@@ -91,6 +93,8 @@ def short_address(path: str) -> tuple[str, int | None]:
 
 def peer_uid(sock: socket.socket) -> int:
     """The user id of the process at the other end (Linux ``SO_PEERCRED``)."""
+    import socket  # loaded by the caller already: here so that importing this module does not load it
+
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
 
