@@ -5,7 +5,10 @@ process (``python -m mdmemory ...`` with the project's interpreter) ``--runs`` t
 milliseconds. "warm" runs back to back; "cold" drops the page cache before each run (needs root: writes
 ``/proc/sys/vm/drop_caches``; skipped with a note otherwise). Keyword-only (``provider: "none"``) unless
 ``--model`` names a GGUF, which adds ``search`` with the local model (query embedding included).
-Targets (issue 14): keyword-only ``search`` p50 <= 150 ms, ``get`` p50 <= 100 ms.
+Then the same ``search``, ``get`` and ``pack`` again with ``mdmemory watch`` running for the agent, which
+answers them over its socket (mdmemory.entry, mdmemory.ipc_server); ``get`` also through the console script.
+Targets (issue 14): keyword-only ``search`` p50 <= 150 ms, ``get`` p50 <= 100 ms, and ``search`` with the
+local model through a running daemon <= 60 ms.
 
     python benchmarks/cli_latency.py [--runs 20] [--cold-runs 5] [--model PATH] [--json out.json]
 """
@@ -17,11 +20,14 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +42,7 @@ COMMANDS: dict[str, list[str]] = {
     "flush check": ["flush", "check", "bench", "--total-tokens", "1000", "--context-window", "200000", "--json"],
     "pack (keyword)": ["pack", "backup schedule", "--json"],
 }
+DAEMON_COMMANDS = ("search (keyword)", "get", "pack (keyword)")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -82,6 +89,29 @@ def write_config(tmp: Path, model: Path | None) -> Path:
     return path
 
 
+@contextmanager
+def watch_daemon(base: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
+    """``mdmemory watch`` for the config in ``env``, from its socket being up until the block ends."""
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*base, "watch"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while '"event": "socket"' not in log.read_text() or '"event": "sync"' not in log.read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"mdmemory watch did not come up: {log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+def row(argv: list[str], env: dict[str, str], runs: int, cold_runs: int, cold_ok: bool) -> dict[str, object]:
+    timed(argv, env)  # the first run compiles bytecode and warms the cache (and, with a daemon, its model)
+    warm = measure(argv, env, runs, cold=False)
+    return {"warm": warm, "cold": measure(argv, env, cold_runs, cold=True) if cold_ok else None}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -90,40 +120,54 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict[str, dict[str, object]] = {}
+    load_before = os.getloadavg()
+    cold_ok = can_drop_caches()
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         shutil.copytree(ROOT / "workspace-template", tmp / "ws")
         env = {**os.environ, "MDMEMORY_CONFIG": str(write_config(tmp, None)), "PYTHONPATH": str(ROOT)}
+        env["MDMEMORY_HOME"] = str(tmp / "home")
         env.pop("OPENAI_API_KEY", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure as installed: bytecode cached after the first run
+        env.pop("MDMEMORY_DAEMON", None)
         base = [sys.executable, "-m", "mdmemory"]
+        script = Path(sys.executable).parent / "mdmemory"
         subprocess.run([*base, "index", "--json"], env=env, check=True, stdout=subprocess.DEVNULL)
-        commands = {name: [*base, *argv] for name, argv in COMMANDS.items()}
-        runs: list[tuple[str, list[str], dict[str, str]]] = [(n, a, env) for n, a in commands.items()]
+        for name, argv in COMMANDS.items():
+            results[name] = row([*base, *argv], env, args.runs, args.cold_runs, cold_ok)
+        if script.exists():
+            results["get (console script)"] = row(
+                [str(script), *COMMANDS["get"]], env, args.runs, args.cold_runs, cold_ok
+            )
+        with watch_daemon(base, env, tmp / "watch.log"):
+            for name in DAEMON_COMMANDS:
+                results[f"{name} via daemon"] = row([*base, *COMMANDS[name]], env, args.runs, args.cold_runs, cold_ok)
+            if script.exists():
+                argv = [str(script), *COMMANDS["get"]]
+                results["get via daemon (console script)"] = row(argv, env, args.runs, args.cold_runs, cold_ok)
         if args.model is not None:
             shutil.copytree(ROOT / "workspace-template", tmp / "model" / "ws")
             model_env = {**env, "MDMEMORY_CONFIG": str(write_config(tmp / "model", args.model))}
             subprocess.run([*base, "index", "--json"], env=model_env, check=True, stdout=subprocess.DEVNULL)
-            runs.append(("search (local model)", [*base, *COMMANDS["search (keyword)"]], model_env))
-        cold_ok = can_drop_caches()
-        for name, argv, run_env in runs:
-            timed(argv, run_env)  # the first run compiles bytecode and warms the cache
-            row: dict[str, object] = {"warm": measure(argv, run_env, args.runs, cold=False)}
-            row["cold"] = measure(argv, run_env, args.cold_runs, cold=True) if cold_ok else None
-            results[name] = row
+            argv = [*base, *COMMANDS["search (keyword)"]]
+            results["search (local model)"] = row(argv, model_env, args.runs, args.cold_runs, cold_ok)
+            with watch_daemon(base, model_env, tmp / "model-watch.log"):
+                results["search (local model) via daemon"] = row(argv, model_env, args.runs, args.cold_runs, cold_ok)
     cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
     cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if "model name" in line), platform.processor())
+    load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     print(f"CLI wall time per call, ms ({cpu}, {os.cpu_count()} cores, Python {platform.python_version()})")
-    print(f"{'command':24} {'warm p50':>9} {'warm p95':>9} {'cold p50':>9} {'cold p95':>9}")
-    for name, row in results.items():
-        warm, cold = row["warm"], row["cold"]
+    print(f"load average (1/5/15 min) before {load['before']}, after {load['after']}")
+    print(f"{'command':36} {'warm p50':>9} {'warm p95':>9} {'cold p50':>9} {'cold p95':>9}")
+    for name, r in results.items():
+        warm, cold = r["warm"], r["cold"]
         assert isinstance(warm, dict)
         cold_cells = f"{cold['p50']:9.1f} {cold['p95']:9.1f}" if isinstance(cold, dict) else f"{'-':>9} {'-':>9}"
-        print(f"{name:24} {warm['p50']:9.1f} {warm['p95']:9.1f} {cold_cells}")
+        print(f"{name:36} {warm['p50']:9.1f} {warm['p95']:9.1f} {cold_cells}")
     if not cold_ok:
         print("cold: not measured (dropping the page cache needs root)")
     if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu, "results": results}, indent=2))
+        args.json.write_text(json.dumps({"cpu": cpu, "load": load, "results": results}, indent=2))
 
 
 if __name__ == "__main__":
