@@ -168,6 +168,9 @@ def watch_main(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from mdmemory.threads import single_threaded_blas
+
+    single_threaded_blas()  # before anything imports numpy
     from mdmemory import daemon
     from mdmemory.ipc_server import load_pinned
 
