@@ -75,6 +75,8 @@ def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | 
         return None
     config_arg, agent_arg = scanned
     home = configpath.home_dir(env)
+    if not os.path.isdir(ipc.run_dir(home)):
+        return None  # no daemon ever ran with this home
     source, _ = configpath.config_file(config_arg, env, home)
     link = ipc.rendezvous(home, source, agent_arg)
     if not os.path.islink(link):

@@ -20,7 +20,6 @@ as for mdmemory.config.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -49,6 +48,8 @@ class ProtocolError(Exception):
 
 def fingerprint(source: str | None, env: Mapping[str, str]) -> str | None:
     """What a config resolves from, hashed (see the module docstring); None when the file cannot be read."""
+    import hashlib  # here: a command with no daemon to ask never needs it (OpenSSL's load is 2 ms)
+
     digest = None
     if source is not None:
         try:
@@ -71,6 +72,8 @@ def run_dir(home: str) -> str:
 
 def rendezvous(home: str, source: str | None, agent: str | None) -> str:
     """The link a client with this config file and ``--agent`` (None: the default agent) connects to."""
+    import hashlib
+
     key = hashlib.sha256(f"{source or ''}\0{agent or ''}".encode()).hexdigest()[:20]
     return os.path.join(run_dir(home), f"{key}.sock")
 
