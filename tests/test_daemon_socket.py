@@ -88,10 +88,12 @@ def config(tmp_path: Path) -> Path:
 @pytest.fixture
 def daemon(config: Path) -> Iterator[Daemon]:
     d = Daemon(config)
-    wanted = {(event, agent) for event in ("socket", "sync") for agent in ("main", "work")}
-    d.wait_for(lambda _: wanted <= {(e.get("event"), e.get("agent")) for e in d.log})
-    yield d
-    d.stop()
+    try:
+        wanted = {(event, agent) for event in ("socket", "sync") for agent in ("main", "work")}
+        d.wait_for(lambda _: wanted <= {(e.get("event"), e.get("agent")) for e in d.log})
+        yield d
+    finally:
+        d.stop()
 
 
 def socket_of(config: Path, agent: str) -> Path:
