@@ -108,6 +108,7 @@ class IpcServer:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self._threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
+        self._other_configs: set[str] = set()  # fingerprints already reported (see _report_other_config)
         self._parse_lock = threading.Lock()
         self._parser = cli.build_parser(_QuietParser)
         self._accepter: threading.Thread | None = None
@@ -262,6 +263,7 @@ class IpcServer:
         if request.get("v") != ipc.PROTOCOL:
             raise _Refused(f"protocol version {request.get('v')!r}; this daemon speaks {ipc.PROTOCOL}")
         if request.get("fingerprint") != self.fingerprint:
+            self._report_other_config(served, str(request.get("fingerprint")))
             raise _Refused("the configuration differs from the one this daemon loaded (restart it to serve it)")
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
@@ -280,6 +282,18 @@ class IpcServer:
             raise _Refused(f"this socket serves agent {served.agent.id!r}, not {agent_id!r}")
         code, out, err = cli.execute(args, lambda: self._memory(served))
         return {"code": code, "stdout": out, "stderr": err}
+
+    def _report_other_config(self, served: _Served, fingerprint: str) -> None:
+        """Log once per configuration that a command line asked with another one than this daemon's."""
+        with self._threads_lock:
+            if fingerprint in self._other_configs:
+                return
+            self._other_configs.add(fingerprint)
+        reason = (
+            "a command asked with another configuration than this daemon loaded (the config file or its "
+            "environment changed) and ran in its own process; restart the daemon to serve it again"
+        )
+        self.emit({"event": "refused", "agent": served.agent.id, "reason": reason})
 
     @contextlib.contextmanager
     def _memory(self, served: _Served) -> Iterator[Memory]:

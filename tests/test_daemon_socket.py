@@ -149,6 +149,8 @@ def test_a_changed_config_is_never_answered_by_the_old_daemon(
     assert after["inProcess"]  # refused by the daemon: it still has the old config
     assert "Tuesday" in json.loads(after["out"])["text"]
     assert run("search", "deploy window", *cfg, "--json")["inProcess"]
+    refused = [e for e in daemon.log if e.get("event") == "refused"]
+    assert len(refused) == 1 and "restart the daemon" in refused[0]["reason"]  # said once, not per command
     data["agents"]["list"][0]["workspace"] = str(tmp_path / "ws-main")
     config.write_text(json.dumps(data))  # the file as the daemon loaded it: answered again
     assert not run("get", "MEMORY.md", *cfg, "--json")["inProcess"]
