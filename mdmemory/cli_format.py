@@ -100,6 +100,8 @@ def _watcher_lines(w: dict[str, Any]) -> list[str]:
             line += f" · NOT watching: waiting for {w.get('waitingFor')} to exist"
         elif w.get("rearms"):
             line += f" · re-armed {w['rearms']} time(s)"
+        if w.get("socket"):
+            line += " · answers search/get/pack"
         return [line] + ([f"its last sync failed: {w['lastError']}"] if w.get("lastError") else [])
     if w.get("lastPid"):
         return [f"not running (pid {w['lastPid']} last seen {_iso(w.get('lastHeartbeat') or 0)})"]

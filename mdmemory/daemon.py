@@ -44,6 +44,7 @@ class AgentWatch:
     reported: tuple[bool, str | None, int] | None = None  # (armed, waitingFor, rearms) last logged
     state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
     state_error: str | None = None
+    socket: str | None = None  # where it answers the command line (mdmemory.ipc_server), if it does
 
     def write_state(self) -> None:
         state = {
@@ -54,6 +55,7 @@ class AgentWatch:
             "heartbeat": time.time(),
             "syncs": self.service.state.syncs,
             "lastError": self.service.state.last_error,
+            **({"socket": self.socket} if self.socket else {}),
         }
         with self.state_lock:
             write_state_file(state_path(self.agent), state)  # in place when the disk is full
@@ -199,6 +201,10 @@ def run(
                 shared_choice=lambda agent_id: by_id[agent_id].service.memory._choice,
             )
             server.start()
+            for watch in watches:
+                watch.socket = server.socket_of(watch.agent.id)
+                with contextlib.suppress(OSError):  # else the next heartbeat writes it
+                    watch.write_state()
         while not stop.wait(HEARTBEAT_SECONDS):
             for watch in watches:
                 if not watch.watcher.is_alive():

@@ -154,6 +154,10 @@ class IpcServer:
             with served.lock:
                 self._close_memory(served)
 
+    def socket_of(self, agent_id: str) -> str | None:
+        """The socket this server answers ``agent_id`` on, if it does."""
+        return next((s.path for s in self._served if s.agent.id == agent_id), None)
+
     # -- sockets -------------------------------------------------------------------------------------------
     def _bind(self, agent: AgentConfig) -> _Served | None:
         path = ipc.socket_path(agent.store_path)

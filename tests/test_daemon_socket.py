@@ -109,6 +109,9 @@ def test_sockets_are_owner_only_and_linked_by_config_and_agent(config: Path, dae
         for name in names:
             assert os.readlink(ipc.rendezvous(home, str(config), name)) == str(path)
     assert stat.S_IMODE(os.stat(ipc.run_dir(home)).st_mode) == 0o700
+    status = run("status", "--config", str(config), "--json")  # never asked of the daemon
+    assert status["inProcess"] and json.loads(status["out"])["watcher"]["socket"] == str(socket_of(config, "main"))
+    assert "answers search/get/pack" in run("status", "--config", str(config))["out"]
     assert daemon.stop() == 0
     assert not socket_of(config, "main").exists()  # a clean stop removes its sockets and links
     assert not os.path.lexists(ipc.rendezvous(home, str(config), None))
