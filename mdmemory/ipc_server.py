@@ -25,7 +25,7 @@ import stat
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from mdmemory import cli, configpath, ipc
 from mdmemory.config import AgentConfig, Config, load_config
@@ -46,19 +46,6 @@ SharedChoice = Callable[[str], "ProviderChoice | None"]
 
 class _Refused(Exception):
     """The request is not one this server answers; the reason goes back to the client."""
-
-
-class _QuietParser(cli.Parser):
-    """The command line's parser that never prints nor exits: a daemon has no terminal to print usage on."""
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        pass
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise _Refused("arguments the command line answers itself (usage, --help, --version)")
-
-    def error(self, message: str) -> NoReturn:
-        raise _Refused(f"arguments the command line reports itself: {message}")
 
 
 def load_pinned(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Config, str | None]:
@@ -110,7 +97,7 @@ class IpcServer:
         self._threads_lock = threading.Lock()
         self._other_configs: set[str] = set()  # fingerprints already reported (see _report_other_config)
         self._parse_lock = threading.Lock()
-        self._parser = cli.build_parser(_QuietParser)
+        self._parser = cli.build_parser(cli.QuietParser)
         self._accepter: threading.Thread | None = None
         self._stopped = False
 
@@ -272,8 +259,11 @@ class IpcServer:
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise _Refused("argv must be a list of strings")
-        with self._parse_lock:  # one parser, built once: argparse keeps no state between calls, but say so
-            args = cli.parse(argv, self._parser)
+        try:
+            with self._parse_lock:  # one parser, built once: argparse keeps no state between calls, but say so
+                args = cli.parse(argv, self._parser)
+        except cli.Refused as exc:
+            raise _Refused(f"arguments the command line reports itself: {exc}") from None
         if args.command not in COMMANDS:
             raise _Refused(f"the daemon answers {', '.join(COMMANDS)}, not {args.command}")
         if args.config != request.get("config") or args.agent != request.get("agent"):

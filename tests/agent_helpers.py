@@ -33,10 +33,10 @@ def agent_config(tmp_path: Path, workspace: Path, **defaults: Any) -> AgentConfi
     return load_config(write_config(tmp_path / "agent-config.json5", workspace, defaults)).agent()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _build_parser()
+def build_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
+    parser = _build_parser(*args, **kwargs)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if "tools" not in sub.choices:
+    if "tools" not in sub.choices and kwargs.get("only") is None:
         cli_agent.register(sub, cli._common())
     return parser
 
