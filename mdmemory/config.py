@@ -35,15 +35,14 @@ from types import NoneType, UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import json5
-
-from mdmemory import configpath
+from mdmemory import configpath, json5read
 from mdmemory.errors import ConfigError
 from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
 DEFAULT_STORE_PATH = "{home}/state/memory/{agentId}.sqlite"
+CONFIG_CACHE = "cache/config"  # under home: JSON5 files parsed once (mdmemory.json5read)
 
 ProviderName = Literal["auto", "local", "openai", "none", "hash"]
 FallbackName = Literal["openai", "local", "none"]
@@ -568,7 +567,7 @@ def _absolute(text: str, base: Path, env: Mapping[str, str]) -> Path:
     return Path(configpath.absolute(text, str(base), env))
 
 
-def _read(ld: _Loader, path: Path) -> Any:
+def _read(ld: _Loader, path: Path, home: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -576,7 +575,7 @@ def _read(ld: _Loader, path: Path) -> Any:
     except OSError as exc:
         raise ld.error(None, f"cannot read the file ({exc.strerror}). Fix: check the path.") from None
     try:
-        return json5.loads(text, allow_duplicate_keys=False)
+        return json5read.loads(text, path, home / CONFIG_CACHE)
     except ValueError as exc:
         msg, fix = str(exc), "correct the syntax there (commas, quotes, braces)"
         if m := re.match(r"<string>:(\d+) (.*) at column (\d+)", msg):
@@ -716,7 +715,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     home = Path(configpath.home_dir(env))
     source = _find_source(path, env, home)
     ld, base = _Loader(source), source.parent if source else Path.cwd()
-    root = _read(ld, source) if source else {}
+    root = _read(ld, source, home) if source else {}
     if not isinstance(root, dict):
         raise ld.error(None, f"the file must hold an object, got {_kind(root)}. Fix: start it with {{ agents: ... }}.")
     ld.runtime_keys(root, "", ("agents", "memory", "service"))
