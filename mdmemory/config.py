@@ -22,7 +22,6 @@ cwd). ``extraPaths`` are made absolute relative to the agent's workspace. ``stor
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import math
@@ -33,7 +32,6 @@ from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, 
 from pathlib import Path
 from types import NoneType, UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mdmemory import configpath, json5read
 from mdmemory.errors import ConfigError
@@ -415,6 +413,8 @@ def _suggest(word: str, choices: list[str], cutoff: float = 0.6) -> str | None:
     def norm(s: str) -> str:
         return s.lower().replace("_", "").replace("-", "")
 
+    import difflib  # here: only a misspelt key needs it
+
     close = difflib.get_close_matches(word.lower(), [c.lower() for c in choices], n=1, cutoff=cutoff)
     same = [c for c in choices if norm(c) == norm(word) or close and c.lower() == close[0]]
     return same[0] if same else None
@@ -668,6 +668,8 @@ def _agent(
         own = _merge(own, layer)
     keys = _build(_AgentKeys, own)
     if keys.user_timezone is not None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # here: most configs name no time zone
+
         try:
             ZoneInfo(keys.user_timezone)
         except (ValueError, ZoneInfoNotFoundError):

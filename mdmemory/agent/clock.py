@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import date, datetime, tzinfo
-from zoneinfo import ZoneInfo
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import ConfigError
@@ -14,6 +13,8 @@ DAILY_DIR = "memory"
 def zone(agent: AgentConfig) -> tzinfo:
     """The agent's time zone: ``userTimezone`` when set, else the local zone (``TZ`` is honoured)."""
     if agent.user_timezone:
+        from zoneinfo import ZoneInfo  # here: `mdmemory get` and a config without userTimezone never need it
+
         return ZoneInfo(agent.user_timezone)
     local = datetime.now().astimezone().tzinfo
     assert local is not None  # astimezone() always returns an aware datetime
