@@ -175,6 +175,8 @@ class IpcServer:
             links = self._link(agent, path)
         except BaseException:
             listener.close()
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # bound but not served: no client may find it
             raise
         return _Served(agent, listener, path, inode, links)
 
