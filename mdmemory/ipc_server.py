@@ -161,10 +161,12 @@ class IpcServer:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)  # a socket left by a daemon that was killed
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        bound = False
         try:
             address, fd = ipc.short_address(path)
             try:
                 listener.bind(address)
+                bound = True
             finally:
                 if fd is not None:
                     os.close(fd)
@@ -175,8 +177,9 @@ class IpcServer:
             links = self._link(agent, path)
         except BaseException:
             listener.close()
-            with contextlib.suppress(OSError):
-                os.unlink(path)  # bound but not served: no client may find it
+            if bound:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)  # bound but not served: no client may find it
             raise
         return _Served(agent, listener, path, inode, links)
 
