@@ -92,7 +92,7 @@ def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | 
         finally:
             if fd is not None:
                 os.close(fd)
-        if ipc.peer_uid(sock) != os.getuid():
+        if not _ours(sock, home):
             return None  # someone else's socket: never trust its answers
         fingerprint = ipc.fingerprint(source, env)
         if fingerprint is None:
@@ -112,6 +112,15 @@ def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | 
     ):
         return None  # a refusal
     return reply
+
+
+def _ours(sock: Any, home: str) -> bool:
+    """Whether the daemon runs as this user: its credentials, else (no ``SO_PEERCRED``) a 0700 run folder."""
+    uid = ipc.peer_uid(sock)
+    if uid is not None:
+        return uid == os.getuid()
+    info = os.stat(ipc.run_dir(home))
+    return info.st_uid == os.getuid() and not info.st_mode & 0o077
 
 
 def write(code: int, out: str, err: str) -> int:

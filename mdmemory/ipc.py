@@ -90,14 +90,16 @@ def short_address(path: str) -> tuple[str, int | None]:
     if len(os.fsencode(path)) <= _SUN_PATH_MAX:
         return path, None
     folder, name = os.path.split(path)
-    fd = os.open(folder, os.O_PATH | os.O_DIRECTORY)
+    fd = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)  # /proc exists on Linux only
     return f"/proc/self/fd/{fd}/{name}", fd
 
 
-def peer_uid(sock: socket.socket) -> int:
-    """The user id of the process at the other end (Linux ``SO_PEERCRED``)."""
+def peer_uid(sock: socket.socket) -> int | None:
+    """The user id of the process at the other end (Linux ``SO_PEERCRED``; None where there is none)."""
     import socket  # loaded by the caller already: here so that importing this module does not load it
 
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[1])
 
