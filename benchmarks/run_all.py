@@ -3,8 +3,9 @@
     python benchmarks/run_all.py [--out benchmarks/out] [--quick]
 
 Runs, each as its own process: search latency (1k/10k/100k chunks), index throughput vs raw
-llama-cpp-python, incremental sync, edit-to-searchable watch latency, LoCoMo retrieval quality, and the
-peak memory of `mdmemory watch` with the local MiniLM model. Prints Markdown tables for the README.
+llama-cpp-python, incremental sync, edit-to-searchable watch latency, LoCoMo retrieval quality, the
+peak memory of `mdmemory watch` with the local MiniLM model, and the wall time of whole CLI commands with
+and without a running daemon (cli_latency.py). Prints Markdown tables for the README.
 Needs the shared MiniLM GGUF and LoCoMo set beside the repository (../shared) and `matplotlib`
 (`pip install -e '.[bench]'`).
 """
@@ -123,6 +124,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"(target <= {w['target_s']} s)",
         f"- `mdmemory watch` with MiniLM, {mem['files']} files: peak RSS {mem['peak_rss_mb']} MB",
     ]
+    cli = report["cli_latency"]["results"]
+    lines += ["", "| command | warm p50 / p95 ms | cold p50 / p95 ms |", "|---|---|---|"]
+    for name, r in cli.items():
+        cold = f"{r['cold']['p50']:.0f} / {r['cold']['p95']:.0f}" if r["cold"] else "-"
+        lines.append(f"| {name} | {r['warm']['p50']:.0f} / {r['warm']['p95']:.0f} | {cold} |")
     return "\n".join(lines)
 
 
@@ -144,6 +150,8 @@ def main() -> None:
     report["watch_latency"] = run("watch_latency", ["watch_latency.py"], out)
     report["locomo"] = run("locomo", ["locomo.py"], out)
     report["watch_memory"] = watch_peak_memory(out)
+    runs = ["--runs", "5", "--cold-runs", "2"] if args.quick else ["--runs", "20", "--cold-runs", "5"]
+    report["cli_latency"] = run("cli_latency", ["cli_latency.py", *runs, "--model", str(MODEL)], out)
     (out / "report.json").write_text(json.dumps(report, indent=2))
     plot(report["search_latency"], out / "search_latency.png")
     print(markdown(report))
