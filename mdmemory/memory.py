@@ -19,7 +19,7 @@ from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
 from mdmemory.providers import deadline
 from mdmemory.selection import ProviderSelection
-from mdmemory.store import Store
+from mdmemory.store.api import IndexStore
 from mdmemory.store.connection import DatabaseError
 from mdmemory.store.faults import store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
@@ -89,7 +89,7 @@ class Memory(ProviderSelection):
         self.provider_error: ProviderError | None = None  # why the configured provider could not be created
         self._last_error: dict[str, Any] | None = None  # kept here too when the health file cannot be written
         self.last_repair: dict[str, Any] | None = None  # the corrupt index this object last moved aside
-        self._store: Store | None = None
+        self._store: IndexStore | None = None
         self._indexer: Indexer | None = None
         self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
         self._background: threading.Thread | None = None
@@ -166,7 +166,7 @@ class Memory(ProviderSelection):
                 report = self._sync_once(False, progress, wait, embed, budget, prune)  # new identity: one rebuild
             self._record_fallback()
             if self.store.get_meta("lastError") is not None:  # recorded there by older versions
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
+                self.store.delete_meta("lastError")
             return report
         except StoreError:
             self.release_store()
@@ -242,9 +242,12 @@ class Memory(ProviderSelection):
         update_health(self.agent.store_path, **change)  # False on a read-only folder: status computes it
 
     @property
-    def store(self) -> Store:
+    def store(self) -> IndexStore:
+        """The agent's index, on the store ``memorySearch.store.backend`` names (opened on first use)."""
         if self._store is None:
-            self._store = Store(self.agent.store_path)
+            from mdmemory.store.open import open_store
+
+            self._store = open_store(self.agent)
         return self._store
 
     @property

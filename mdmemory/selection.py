@@ -19,7 +19,7 @@ from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
 from mdmemory.providers.factory import ProviderChoice, build, choose
-from mdmemory.store import Store
+from mdmemory.store.api import IndexStore
 from mdmemory.store.connection import DatabaseError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class ProviderSelection:
     _indexer: Indexer | None
 
     @property
-    def store(self) -> Store:  # provided by Memory
+    def store(self) -> IndexStore:  # provided by Memory
         raise NotImplementedError
 
     @property
@@ -121,7 +121,7 @@ class ProviderSelection:
         state = self.store.get_meta("fallback")
         if fb is None:
             if state is not None:
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
+                self.store.delete_meta("fallback")
         elif state is None or state.get("from") != fb["from"] or _expired(state):
             self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
 

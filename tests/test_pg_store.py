@@ -129,7 +129,7 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
     tmp_path: Path,
 ) -> None:
     from mdmemory.store import Store
-    from mdmemory.store.pg.migrate import copy_to_postgres
+    from mdmemory.store.copy import copy_index
 
     rng = np.random.default_rng(2)
     with Store(tmp_path / "index.sqlite") as lite, PgStore(pg_url, "a1", schema) as pg:
@@ -141,9 +141,9 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
         lite.replace_file(f2, c2, [None])
         lite.set_meta("identity", {"provider": "hash", "dims": 16})
 
-        counts = copy_to_postgres(lite, pg)
+        counts = copy_index(lite, pg)
 
-        assert counts == {"files": 2, "chunks": 3, "vectors": 3}
+        assert counts == {"files": 2, "chunks": 3, "vectors": 3, "pending": 1, "cacheEntries": 0}
         assert set(pg.files()) == {"memory/a.md", "memory/b.md"} and pg.pending_count() == 1
         assert pg.get_meta("identity") == {"provider": "hash", "dims": 16}
         assert pg.keyword_matches(["old"], 5) == []

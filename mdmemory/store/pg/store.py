@@ -20,35 +20,68 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
 from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, like_escape, rank_needle_hits
-from mdmemory.store.pg import keyword, vectors
-from mdmemory.store.pg.connection import connect
+from mdmemory.store.pg import keyword
+from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import borrow, give_back, shown_url
+from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, migrate
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from mdmemory.store.api import IndexStore
+
 LOCK_POLL_SECONDS = 0.05
 
 
-def _lock_key(agent_id: str) -> int:
-    """A signed 64-bit advisory lock key for the agent's writer lock."""
-    return int.from_bytes(hashlib.sha256(f"mdmemory-writer\0{agent_id}".encode()).digest()[:8], "big", signed=True)
+def _lock_key(agent_id: str, purpose: str = "writer") -> int:
+    """A signed 64-bit advisory lock key for the agent's writer (or embedding) lock."""
+    digest = hashlib.sha256(f"mdmemory-{purpose}\0{agent_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PgStore:
-    """The index of ``agent_id`` in schema ``schema`` of the database at ``url``."""
+_migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
 
-    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory") -> None:
+
+class PgStore(PgIndexing):
+    """The index of ``agent_id`` in schema ``schema`` of the database at ``url``; ``generation`` opens a
+    generation being built instead of the live one (a rebuild's writer)."""
+
+    write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
+    inode: int | None = None  # not a file
+
+    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory", *, generation: int | None = None) -> None:
+        self.url = url
         self.agent_id = agent_id
         self.schema = check_schema_name(schema)
-        self.conn = connect(url)
-        migrate(self.conn, self.schema)
-        self.gen = self._live_generation()
+        self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
+        self.conn = borrow(url)
+        try:
+            if (url, self.schema) not in _migrated:
+                migrate(self.conn, self.schema)
+                _migrated.add((url, self.schema))
+            self.gen = self._live_generation() if generation is None else generation
+        except BaseException:
+            give_back(url, self.conn)
+            raise
+        self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            give_back(self.url, self.conn)
+            self.conn = None
+
+    def reopen(self) -> None:
+        """A fresh connection (the old one may have been dropped by the server), following the live generation."""
+        self.close()
+        self.conn = borrow(self.url)
+        if not self._building:
+            self.gen = self._live_generation()
+
+    def ensure_writable(self) -> None:
+        """Nothing to check ahead: PostgreSQL reports a write it refuses when it happens."""
 
     def __enter__(self) -> PgStore:
         return self
@@ -70,9 +103,52 @@ class PgStore:
 
     def refresh(self) -> bool:
         """Follow a switch another process made; True when the live generation changed."""
-        live = self._live_generation()
+        if self._building:
+            return False
+        row = self.conn.execute(
+            f"SELECT gen FROM {self.schema}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,)
+        ).fetchone()
+        self.conn.commit()
+        live = int(row[0]) if row else self._live_generation()
         changed, self.gen = live != self.gen, live
         return changed
+
+    # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
+    def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
+        return self.writer(wait)
+
+    @contextlib.contextmanager
+    def embedding_turn(self) -> Iterator[bool]:
+        key = _lock_key(self.agent_id, "embed")
+        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+        self.conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                self.conn.commit()
+
+    def tidy(self) -> None:
+        """Nothing to do: an abandoned ``building`` generation is dropped by the next ``begin_rebuild``."""
+
+    def begin_rebuild(self) -> PgStore:
+        """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
+        agent's, not a generation's, so the rebuild finds every vector embedded before."""
+        gen = self.begin_generation()
+        return PgStore(self.url, self.agent_id, self.schema, generation=gen)
+
+    def finish_rebuild(self, built: IndexStore) -> None:
+        assert isinstance(built, PgStore)
+        built.close()
+        self.switch_live(built.gen)
+        self.analyze()
+
+    def abandon_rebuild(self, built: IndexStore) -> None:
+        assert isinstance(built, PgStore)
+        built.close()
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            self._drop_generation(cur, built.gen)
 
     def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
         """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
@@ -121,7 +197,7 @@ class PgStore:
         dims = [int(r[0]) for r in cur.fetchall()]
         for table in ("vectors", "postings", "chunks", "files", "meta", "token_totals", "generations"):
             cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
-        vectors.drop_indexes(cur, s, a, gen, dims)
+        vector_sql.drop_indexes(cur, s, a, gen, dims)
 
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -162,25 +238,27 @@ class PgStore:
 
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
         rows = self.conn.execute(
-            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, (SELECT count(*) FROM {self.schema}.chunks c "
-            "WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path) "
-            f"FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
+            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
+            f"{self.schema}.chunks c WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path), "
+            f"f.indexed_at FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
             (self.agent_id, self.gen if gen is None else gen),
         ).fetchall()
         self.conn.commit()
-        return {r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), chunks=int(r[5])) for r in rows}
+        return {
+            r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
+        }
 
     def replace_file(
         self,
         file: FileRow,
         chunks: Sequence[ChunkRow],
-        vecs: Sequence[ChunkVectors | None] | None,
+        vectors: Sequence[ChunkVectors | None] | None,
         gen: int | None = None,
     ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` (and their vectors: see the SQLite store's
         ``replace_file``; None for a chunk marks it pending) in one transaction. Returns the chunk ids."""
-        if vecs is not None and len(vecs) != len(chunks):
-            raise StoreError(f"{file.path}: vectors for {len(vecs)} chunks, but {len(chunks)} chunks")
+        if vectors is not None and len(vectors) != len(chunks):
+            raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
         s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
         with self.conn.transaction(), self.conn.cursor() as cur:
             self._delete_rows(cur, file.path, g)
@@ -201,25 +279,26 @@ class PgStore:
                         c.embed_hash,
                         c.heading or None,
                         c.text,
-                        vecs is not None and vecs[i] is None,
+                        vectors is not None and vectors[i] is None,
                     ),
                 )
                 ids.append(int(cur.fetchone()[0]))
             keyword.add_postings(cur, s, a, g, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
-            if vecs is not None:
+            if vectors is not None:
                 rows = [
                     (cid, digest, row)
-                    for cid, cv in zip(ids, vecs, strict=True)
+                    for cid, cv in zip(ids, vectors, strict=True)
                     if cv is not None
                     for digest, row in zip(cv[0], cv[1], strict=True)
                 ]
                 if rows:
-                    vectors.add_vectors(cur, s, a, g, rows)
+                    vector_sql.add_vectors(cur, s, a, g, rows)
             cur.execute(
-                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size) VALUES (%s, %s, %s, %s, %s, "
-                "%s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET source = EXCLUDED.source, hash = "
-                "EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size",
-                (a, g, file.path, file.source, file.hash, file.mtime, file.size),
+                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size, encoding_errors, indexed_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET "
+                "source = EXCLUDED.source, hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
+                "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
+                (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
             )
         return ids
 
@@ -241,30 +320,6 @@ class PgStore:
         keyword.remove_chunks(cur, self.schema, self.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
 
     # -- reading ----------------------------------------------------------------------------------
-    def chunk_count(self) -> int:
-        row = self.conn.execute(
-            f"SELECT chunks FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s", (self.agent_id, self.gen)
-        ).fetchone()
-        self.conn.commit()
-        return int(row[0]) if row else 0
-
-    def pending_count(self) -> int:
-        row = self.conn.execute(
-            f"SELECT count(*) FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND pending",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        self.conn.commit()
-        return int(row[0])
-
-    def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM {self.schema}.chunks "
-            "WHERE agent_id = %s AND gen = %s AND id = ANY(%s)",
-            (self.agent_id, self.gen, list(ids)),
-        ).fetchall()
-        self.conn.commit()
-        return {int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0])) for r in rows}
-
     def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
         return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
@@ -331,18 +386,6 @@ class PgStore:
         self.conn.commit()
         return rank_needle_hits(rows, needles, k)
 
-    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
-        """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
-        if not chunk_ids:
-            return {}
-        rows = self.conn.execute(
-            f"SELECT chunk_id, max(1 - (embedding <=> %s::vector)) FROM {self.schema}.vectors "
-            "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s) GROUP BY chunk_id",
-            (vectors.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids)),
-        ).fetchall()
-        self.conn.commit()
-        return {int(r[0]): float(r[1]) for r in rows}
-
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -352,4 +395,4 @@ class PgStore:
                 (self.agent_id, self.gen),
             )
             per_chunk = float(cur.fetchone()[0] or 1.0)
-            return vectors.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)
+            return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)
