@@ -86,6 +86,7 @@ def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url
         assert [w for _, _, w in reader.keyword_matches(["kingfisher"], 5)] == [{"kingfisher"}]
         assert reader.keyword_matches(["heron"], 5) == []  # the building generation is invisible
         writer.switch_live(gen)
+        assert len(reader.keyword_matches(["kingfisher"], 5)) == 1  # not followed yet: the whole old index
         assert reader.refresh() and reader.keyword_matches(["kingfisher"], 5) == []
         assert len(reader.keyword_matches(["heron"], 5)) == 1
 
@@ -116,6 +117,7 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
             gen = store.begin_generation()  # and its abandoned generation is dropped
             store.replace_file(*note("memory/a.md", "rebuilt egret note"), None, gen=gen)
             store.switch_live(gen)
+            store.tidy(keep_seconds=0)  # the retired generation too, once no search can still be reading it
         assert [len(store.keyword_matches([w], 5)) for w in ("osprey", "rebuilt")] == [0, 1]
         count = store.conn.execute(
             f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)

@@ -55,7 +55,9 @@ def _pool(url: str) -> Any:
     with _pools_lock:
         pool = _pools.get(url)
         if pool is None:
-            _psycopg()
+            # One direct connection first: a server that is down or a wrong URL fails at once with libpq's
+            # reason, where the pool would retry in the background until its timeout.
+            connect(url).close()
             from psycopg_pool import ConnectionPool
 
             pool = ConnectionPool(

@@ -83,10 +83,12 @@ def _m1_initial(cur: Any, s: str) -> None:
 
 
 def _m2_sync_state(cur: Any, s: str) -> None:
-    """What the indexer and status need besides search: a file's encoding errors and indexing time, a hash
+    """What the indexer and status need besides search: when a generation was retired (it is kept a while for
+    the searches still reading it), a file's encoding errors and indexing time, a hash
     lookup of stored vectors (reused after a rename), and the embedding cache per agent with the provider
     and model beside the provider key, as in SQLite (no version before this one wrote to the cache)."""
     for statement in (
+        f"ALTER TABLE {s}.generations ADD COLUMN retired_at double precision",
         f"ALTER TABLE {s}.files ADD COLUMN encoding_errors integer NOT NULL DEFAULT 0",
         f"ALTER TABLE {s}.files ADD COLUMN indexed_at double precision NOT NULL DEFAULT 0",
         f"CREATE INDEX vectors_hash ON {s}.vectors (agent_id, gen, hash)",

@@ -2,8 +2,10 @@
 
 - **Generations.** Every row belongs to a generation of the agent's index. Readers use the ``live`` one; a
   rebuild writes a ``building`` one beside it and ``switch_live`` makes it live and retires the old one in
-  one transaction, so a reader sees the whole old index or the whole new one, never half of each; a
-  writer killed mid-rebuild leaves a ``building`` generation no reader looks at (the next rebuild drops it).
+  one transaction, so a reader sees the whole old index or the whole new one, never half of each. A
+  retired generation is kept ``RETIRED_KEEP_SECONDS`` for the searches still reading it (a reader follows
+  the switch at its next ``refresh``), then dropped by a writer (``tidy``); a writer killed mid-rebuild
+  leaves a ``building`` generation no reader looks at (the next rebuild drops it).
 - **One writer per agent,** across hosts: a session-level advisory lock keyed by the agent id, held by
   ``writer()``; a second writer gets ``LockError`` at once (or after ``wait`` seconds), as with SQLite.
 - **Each file's rows are replaced in one transaction** (chunks, keyword postings, vectors, the file row).
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from mdmemory.store.api import IndexStore
 
 LOCK_POLL_SECONDS = 0.05
+RETIRED_KEEP_SECONDS = 60.0  # a retired generation outlives the searches that were reading it by far
 
 
 def _lock_key(agent_id: str, purpose: str = "writer") -> int:
@@ -94,9 +97,10 @@ class PgStore(PgIndexing):
         """The live generation (the first one is created live, empty)."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {s}.generations (agent_id, gen, state) VALUES (%s, 1, 'live') ON CONFLICT DO NOTHING",
-                (self.agent_id,),
+            cur.execute(  # the first generation of an agent that has none yet
+                f"INSERT INTO {s}.generations (agent_id, gen, state) SELECT %s, 1, 'live' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {s}.generations WHERE agent_id = %s) ON CONFLICT DO NOTHING",
+                (self.agent_id, self.agent_id),
             )
             cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
             return int(cur.fetchone()[0])
@@ -129,8 +133,17 @@ class PgStore(PgIndexing):
                 self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
                 self.conn.commit()
 
-    def tidy(self) -> None:
-        """Nothing to do: an abandoned ``building`` generation is dropped by the next ``begin_rebuild``."""
+    def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
+        """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
+        dropped by the next ``begin_rebuild``)."""
+        s = self.schema
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'retired' AND retired_at < %s",
+                (self.agent_id, time.time() - keep_seconds),
+            )
+            for (old,) in cur.fetchall():
+                self._drop_generation(cur, int(old))
 
     def begin_rebuild(self) -> PgStore:
         """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
@@ -166,21 +179,23 @@ class PgStore(PgIndexing):
         return gen
 
     def switch_live(self, gen: int) -> None:
-        """Make ``gen`` live and drop the old live generation, in one transaction."""
+        """Make ``gen`` live and retire the old live generation, in one transaction (see ``tidy``)."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(
                 f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live' FOR UPDATE", (self.agent_id,)
             )
-            old = [int(r[0]) for r in cur.fetchall()]
             cur.execute(
                 f"UPDATE {s}.generations SET state = 'live' WHERE agent_id = %s AND gen = %s AND state = 'building'",
                 (self.agent_id, gen),
             )
             if cur.rowcount != 1:
                 raise StoreError(f"generation {gen} of agent {self.agent_id!r} is not being built", kind="error")
-            for g in old:
-                self._drop_generation(cur, g)
+            cur.execute(
+                f"UPDATE {s}.generations SET state = 'retired', retired_at = %s WHERE agent_id = %s AND state = 'live' "
+                "AND gen <> %s",
+                (time.time(), self.agent_id, gen),
+            )
         self.gen = gen
 
     def analyze(self) -> None:
