@@ -17,6 +17,7 @@ from mdmemory import __version__  # noqa: I001
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.cli_service import register as register_service_commands
+from mdmemory.cli_store import register as register_store_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.memory import Memory
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_agent_commands(sub, common)
     register_service_commands(sub, common)
+    register_store_commands(sub, common, _Parser)
     return parser
 
 

@@ -19,12 +19,14 @@ PENDING_PAGE = 1000
 
 
 def copy_index(source: IndexStore, target: IndexStore, *, wait: float = 60.0) -> dict[str, int]:
-    """Replace ``target``'s index by a copy of ``source``'s, under ``target``'s writer lock (waiting at most
-    ``wait`` seconds for it). Returns ``{files, chunks, vectors, pending, cacheEntries}`` copied."""
+    """Replace ``target``'s index by a copy of ``source``'s, holding both writer locks (so no sync changes
+    the source mid-copy; each waited for at most ``wait`` seconds). Returns ``{files, chunks, vectors,
+    pending, cacheEntries}`` copied."""
     counts = dict.fromkeys(("files", "chunks", "vectors", "pending", "cacheEntries"), 0)
-    pending = _pending_ids(source)
-    has_vectors = source.vec_dims() is not None or bool(pending)
-    with target.writing(wait):
+    with source.writing(wait), target.writing(wait):
+        source.refresh()
+        pending = _pending_ids(source)
+        has_vectors = source.vec_dims() is not None or bool(pending)
         target.tidy()
         built = target.begin_rebuild()
         try:
