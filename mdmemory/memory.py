@@ -20,8 +20,7 @@ from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, St
 from mdmemory.providers import deadline
 from mdmemory.selection import ProviderSelection
 from mdmemory.store.api import IndexStore
-from mdmemory.store.connection import DatabaseError
-from mdmemory.store.faults import store_fault
+from mdmemory.store.faults import store_errors, store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.tools import citations_on, get_file, search_response
 from mdmemory.transcripts import transcripts_folder
@@ -50,7 +49,7 @@ def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Con
     def wrapper(self: Memory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
-        except (DatabaseError, StoreError) as exc:
+        except store_errors(StoreError) as exc:
             fault = store_fault(exc, self.agent.store_path)
             self._record_error(fault)
             self.release_store()
@@ -171,7 +170,7 @@ class Memory(ProviderSelection):
         except StoreError:
             self.release_store()
             raise
-        except DatabaseError as exc:
+        except store_errors() as exc:
             self.release_store()
             raise store_fault(exc, path) from exc
         except OSError as exc:

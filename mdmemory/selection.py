@@ -20,7 +20,7 @@ from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_for
 from mdmemory.providers.factory import ProviderChoice, build, choose
 from mdmemory.store.api import IndexStore
-from mdmemory.store.connection import DatabaseError
+from mdmemory.store.faults import store_errors
 
 if TYPE_CHECKING:
     from mdmemory.indexer import Indexer
@@ -74,7 +74,7 @@ class ProviderSelection:
         """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
         try:
             state = self.store.get_meta("fallback")
-        except (StoreError, DatabaseError):
+        except store_errors(StoreError):
             return None  # a broken index has no fallback to keep; the store's state is reported on its own
         if not state or state.get("to") != self.settings.fallback:
             return None

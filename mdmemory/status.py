@@ -20,8 +20,7 @@ from mdmemory.indexer import Indexer, is_utf8, printable
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.store.api import IndexStore
-from mdmemory.store.connection import DatabaseError
-from mdmemory.store.faults import free_bytes, store_fault
+from mdmemory.store.faults import free_bytes, store_errors, store_fault
 from mdmemory.store.health import read_health
 from mdmemory.store.open import describe, local_disk
 from mdmemory.watchstate import read_watch_state
@@ -66,12 +65,12 @@ def build_status(mem: Memory) -> dict[str, Any]:
         index, matches, legacy_error = _index_fields(mem, store, provider, warnings)
     except StoreError as exc:
         fault, legacy_error = exc, None
-    except DatabaseError as exc:
+    except store_errors() as exc:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
         mem.release_store()  # the next use opens it again: it may be repaired or writable by then
     if store is not None and fault is None:
-        with contextlib.suppress(StoreError, DatabaseError):
+        with contextlib.suppress(StoreError, *store_errors()):
             warnings[:0] = roots.warnings(mem.workspace.missing_roots(), store.files())
     if not mem.settings.enabled:
         warnings.append(mem._disabled())

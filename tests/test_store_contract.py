@@ -156,3 +156,23 @@ def test_an_unreachable_store_is_reported_without_a_traceback_or_password(
     with pytest.raises(StoreError, match="cannot connect to PostgreSQL") as failed:
         mem.search("heron")
     assert failed.value.kind == "unavailable" and "hunter2" not in str(failed.value)
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
+def test_a_dropped_connection_fails_one_search_cleanly_and_the_next_reconnects(
+    workspace: Path, make_memory: Callable[..., Memory], store_backend: dict[str, Any]
+) -> None:
+    import psycopg
+
+    seed(workspace)
+    mem = make_memory()
+    mem.sync()
+    expected = mem.search("heron pond")
+    pid = mem.store.conn.info.backend_pid
+    with psycopg.connect(store_backend["url"], autocommit=True) as admin:  # a server restart, a failover...
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(StoreError, match="PostgreSQL failed") as failed:
+        mem.search("heron pond")
+    assert failed.value.kind == "unavailable"
+    assert mem.search("heron pond") == expected  # a new connection, the same index
+    assert mem.status()["storeState"]["state"] == "ok"

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 
 import sqlean
 
 from mdmemory.errors import StoreError
+from mdmemory.redact import scrub
 
 NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less free space than this is treated as a full disk
 
@@ -92,10 +94,25 @@ def unwritable_reason(path: Path) -> str | None:
     return None
 
 
+def store_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """The database errors of the stores in use (and ``more``): SQLite's, and psycopg's once PostgreSQL was
+    used (none can happen before psycopg is imported, and importing it for nothing costs start-up)."""
+    psycopg = sys.modules.get("psycopg")
+    return (*more, sqlean.DatabaseError, *((psycopg.Error,) if psycopg is not None else ()))
+
+
 def store_fault(exc: BaseException, path: Path) -> StoreError:
     """A ``StoreError`` for ``exc`` (raised while using the index at ``path``) that says how to fix it."""
     if isinstance(exc, StoreError):
         return exc
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.Error):  # the PostgreSQL store: not about ``path``
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        detail = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        fix = "check that the server runs and is reachable; searches answer again once it is" if lost else ""
+        return StoreError(
+            f"PostgreSQL failed ({detail}){'; ' + fix if fix else ''}", kind="unavailable" if lost else "error"
+        )
     path = Path(path)
     kind = fault_kind(exc)
     detail = _detail(exc)
