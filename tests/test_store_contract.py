@@ -176,3 +176,17 @@ def test_a_dropped_connection_fails_one_search_cleanly_and_the_next_reconnects(
     assert failed.value.kind == "unavailable"
     assert mem.search("heron pond") == expected  # a new connection, the same index
     assert mem.status()["storeState"]["state"] == "ok"
+
+
+@both_backends
+def test_the_agent_tools_answer_from_either_store(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    seed(workspace)
+    mem = make_memory()
+    found = mem.call_tool("memory_search", {"query": "restic backups"})
+    assert found["results"][0]["path"] == "memory/2026-05-02.md"  # the first search indexed the workspace
+    pack = mem.call_tool("memory_pack", {"query": "what does Dana drink", "budgetTokens": 200})
+    assert pack["items"][0]["path"] == "MEMORY.md" and "green tea" in pack["bundleText"]
+    got = mem.call_tool("memory_get", {"path": pack["items"][0]["path"]})
+    assert "green tea" in got["text"]
+    status = mem.call_tool("memory_status", {})
+    assert status["files"] == 4 and status["pendingEmbeddings"] == 0 and "error" not in status
