@@ -1,4 +1,6 @@
-"""SQLite store: connection factory (sqlite-vec), migrations, vector codec, index queries."""
+"""The index stores. ``api.IndexStore`` is what the rest of mdmemory uses; ``open.open_store`` gives the
+configured one: the SQLite ``Store`` (here: connection factory with sqlite-vec, migrations, vector codec,
+index queries, generation files) or ``pg.PgStore`` (PostgreSQL + pgvector)."""
 
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, Store

@@ -21,16 +21,15 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
-from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, like_escape, rank_needle_hits
+from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrow, give_back, shown_url
 from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, migrate
+from mdmemory.store.pg.searching import PgSearching
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from mdmemory.store.api import IndexStore
 
 LOCK_POLL_SECONDS = 0.05
@@ -46,7 +45,7 @@ def _lock_key(agent_id: str, purpose: str = "writer") -> int:
 _migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
 
 
-class PgStore(PgIndexing):
+class PgStore(PgIndexing, PgSearching):
     """The index of ``agent_id`` in schema ``schema`` of the database at ``url``; ``generation`` opens a
     generation being built instead of the live one (a rebuild's writer)."""
 
@@ -335,79 +334,3 @@ class PgStore(PgIndexing):
         keyword.remove_chunks(cur, self.schema, self.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
 
     # -- reading ----------------------------------------------------------------------------------
-    def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
-        return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
-
-    def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
-        what the SQLite store's highlighted words tell the search."""
-        parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
-        terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
-            cur.execute(
-                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
-                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
-            )
-            held: dict[int, set[str]] = {}
-            for cid, term in cur.fetchall():
-                held.setdefault(int(cid), set()).add(str(term))
-        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
-        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
-
-    def term_frequency_at_least(self, word: str, limit: int) -> int:
-        """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
-        terms = keyword.query_terms([word])
-        if not terms:
-            return 0
-        version = self.conn.execute(
-            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        key = (self.gen, int(version[0]) if version else 0)
-        if self._df[0] != key:
-            self._df = (key, {})
-        known = self._df[1].get((word, limit))
-        if known is not None:
-            self.conn.commit()
-            return known
-        row = self.conn.execute(
-            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-            "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
-            (self.agent_id, self.gen, terms, len(terms), int(limit)),
-        ).fetchone()
-        self.conn.commit()
-        self._df[1][(word, limit)] = int(row[0])
-        return int(row[0])
-
-    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
-
-    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
-        more distinct needles, then more occurrences, first (negative scores)."""
-        if not needles:
-            return []
-        patterns = [f"%{like_escape(n)}%" for n in needles]
-        rows = self.conn.execute(
-            f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
-            "ORDER BY id LIMIT %s",
-            (self.agent_id, self.gen, patterns, int(k) * 8),
-        ).fetchall()
-        self.conn.commit()
-        return rank_needle_hits(rows, needles, k)
-
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
-                "WHERE agent_id = %s AND gen = %s",
-                (self.agent_id, self.gen),
-            )
-            per_chunk = float(cur.fetchone()[0] or 1.0)
-            return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)
