@@ -163,3 +163,20 @@ def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str
         with PgStore(pg_url, "a1", schema) as other:  # another process's write is seen too
             other.delete_file("memory/a.md")
         assert store.term_frequency_at_least("herons", 10) == 1
+
+
+def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, schema: str) -> None:
+    from mdmemory.store.pg.store import _lock_key
+
+    first = PgStore(pg_url, "a1", schema)
+    first.conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key("a1"),))
+    first.conn.commit()
+    first.close()  # given back still holding the lock, as a store closed mid-write would be
+    others = [PgStore(pg_url, "a1", schema) for _ in range(3)]  # one of them may get that connection again
+    try:
+        for store in others:
+            with store.writer(wait=0.0):
+                pass
+    finally:
+        for store in others:
+            store.close()

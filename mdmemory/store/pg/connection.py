@@ -67,9 +67,16 @@ def _pool(url: str) -> Any:
                 open=True,
                 name="mdmemory",
                 check=ConnectionPool.check_connection,  # a connection the server dropped is replaced, not lent
+                reset=_release_locks,
             )
             _pools[url] = pool
         return pool
+
+
+def _release_locks(conn: Any) -> None:
+    """A connection given back holds no advisory lock (a writer lock would outlive its store otherwise)."""
+    conn.execute("SELECT pg_advisory_unlock_all()")
+    conn.commit()
 
 
 def borrow(url: str) -> Any:
