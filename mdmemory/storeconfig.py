@@ -79,7 +79,11 @@ def url_problem(url: str, origin: str) -> str | None:
     """What is wrong with a PostgreSQL URL, with the fix (None when it looks right); never its password."""
     if url.startswith(_SCHEMES):
         return None
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]{0,20})://", url)
+    got = (
+        f"a {scheme.group(1)}:// URL" if scheme else "a value that is not a URL"
+    )  # never the value: it may hold a password
     return (
-        f"expected a postgresql:// URL (from {origin}), got {shown_url(url)!r}. Fix: write it as "
+        f"expected a postgresql:// URL (from {origin}), got {got}. Fix: write it as "
         "postgresql://user:password@host:5432/dbname (the password is never printed)."
     )
