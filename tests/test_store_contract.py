@@ -134,6 +134,7 @@ def test_status_names_the_backend_and_never_the_password(
     status = mem.status()
     assert status["backend"] == (store.get("backend") or "sqlite")
     assert status["storeState"]["state"] == "ok" and status["files"] == 4 and status["vectors"] == 4
+    assert Path(f"{mem.agent.store_path}.health.json").is_file()  # this host's state files of the agent
     if store:
         assert status["store"].startswith("postgresql://postgres:***@") and store["schema"] in status["store"]
         assert status["storeState"]["freeBytes"] is None  # not this machine's disk
@@ -190,3 +191,23 @@ def test_the_agent_tools_answer_from_either_store(workspace: Path, make_memory: 
     assert "green tea" in got["text"]
     status = mem.call_tool("memory_status", {})
     assert status["files"] == 4 and status["pendingEmbeddings"] == 0 and "error" not in status
+
+
+@both_backends
+def test_the_background_sync_keeps_either_store_fresh(workspace: Path, make_memory: Callable[..., Memory]) -> None:
+    from mdmemory.sync import SyncService
+
+    seed(workspace)
+    reader = make_memory({"sync": {"onSearch": False}})  # it never syncs: what it finds, the service wrote
+    service = SyncService(make_memory(), debounce_seconds=0.05)
+    service.start()
+    try:
+        service.request_sync()
+        assert service.wait_idle(30) and service.state.last_error is None
+        assert paths(reader.search("heron pond"))[0] == "memory/2026-05-01.md"
+        write(workspace / "memory" / "2026-05-04.md", "# 2026-05-04\n\nAn otter surfaced by the jetty.\n")
+        service.mark_dirty("memory/2026-05-04.md")
+        assert service.wait_idle(30) and service.state.syncs == 2
+        assert paths(reader.search("otter jetty"))[0] == "memory/2026-05-04.md"
+    finally:
+        service.stop()

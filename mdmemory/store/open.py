@@ -6,6 +6,7 @@ The one place that chooses between the SQLite store and the PostgreSQL one; ever
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import ConfigError
@@ -23,6 +24,8 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
     if (backend or settings.backend) == "postgres":
         from mdmemory.store.pg.store import PgStore
 
+        with contextlib.suppress(OSError):  # this host's state files of the agent go there (a read-only
+            agent.store_path.parent.mkdir(parents=True, exist_ok=True)  # folder: status computes them instead)
         return PgStore(_url(agent), agent.id, settings.schema)
     from mdmemory.store.index import Store
 
