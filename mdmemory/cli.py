@@ -208,6 +208,9 @@ def watch_main(args: argparse.Namespace) -> int:
     import signal
     import threading
 
+    from mdmemory.threads import single_threaded_blas
+
+    single_threaded_blas()  # before anything imports numpy
     from mdmemory import daemon
     from mdmemory.config import load_config
 

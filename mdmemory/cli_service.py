@@ -48,6 +48,9 @@ def _fail(exc: BaseException, code: int) -> int:
 
 
 def serve_main(args: argparse.Namespace) -> int:
+    from mdmemory.threads import single_threaded_blas
+
+    single_threaded_blas()  # before anything imports numpy
     from mdmemory.config import load_config
     from mdmemory.service.server import serve
 

@@ -102,6 +102,9 @@ def run(memory: Memory, session_kind: SessionKind = "main") -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m mdmemory.mcp_server [--config FILE] [--agent ID]``; messages go to stderr only."""
+    from mdmemory.threads import single_threaded_blas
+
+    single_threaded_blas()  # before anything imports numpy
     from mdmemory.memory import Memory
 
     parser = argparse.ArgumentParser(prog="mdmemory mcp", description="Serve agent memory over MCP (stdio).")

@@ -277,3 +277,27 @@ def test_minilm_survives_5000_tokens(minilm) -> None:
     assert minilm.count_tokens(text) > 5_000
     assert minilm.count_tokens(minilm.truncate(text)) <= 512
     assert_unit_rows(minilm.embed_documents([text, text[:100]]), 384)
+
+
+def test_a_query_runs_on_one_llama_thread_and_batches_get_theirs_back(tiny_gguf: Path, tmp_path: Path) -> None:
+    """A query (a few dozen tokens) is embedded on one llama.cpp thread, a batch on ``threads``; the query's
+    vector is the one a batch gives for the same text."""
+    import time
+
+    import llama_cpp
+
+    provider = LocalEmbeddingProvider(str(tiny_gguf), tmp_path, threads=2)
+    try:
+        provider.load()
+        ctx = provider._llm._ctx.ctx
+        seen: list[tuple[int, int]] = []
+        provider._on_query_threads(
+            lambda: seen.append((llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)))
+        )
+        assert seen == [(1, 1)]
+        assert (llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)) == (2, 2)
+        query = provider.embed_query_within("the backups run at night", time.monotonic() + 30)
+        np.testing.assert_allclose(query, provider.embed_documents(["the backups run at night"])[0], atol=1e-5)
+        assert (llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)) == (2, 2)
+    finally:
+        provider.close()

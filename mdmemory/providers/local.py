@@ -175,6 +175,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     id = "local"
     max_batch_size = 32
+    QUERY_THREADS = 1  # llama.cpp threads for one query (see _on_query_threads); batches use ``threads``
 
     def __init__(
         self,
@@ -306,7 +307,27 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         return out
 
     def _run_query(self, work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
-        return self._runner.submit(work)
+        return self._runner.submit(lambda: self._on_query_threads(work))
+
+    def _on_query_threads(self, work: Callable[[], np.ndarray]) -> np.ndarray:
+        """Run a query's embedding with ``QUERY_THREADS`` llama.cpp threads (on the runner's thread, so no
+        batch runs meanwhile), then give batches their ``threads`` back.
+
+        A query is a few dozen tokens: split over two threads it gains little, and in a process that
+        answers requests side by side (the service) the second thread's OpenMP spin-waits take the core the
+        other requests need; on a busy machine a descheduled team member stalled a query for a second.
+        Measured with 8 concurrent recalls on 2 cores (README, "Memory service"): p95 480-1825 ms on two
+        threads, 119-160 ms on one."""
+        if self.threads <= self.QUERY_THREADS:
+            return work()
+        ctx: Any = getattr(self._llm, "_ctx", None)  # llama-cpp-python's context wrapper (0.3.x)
+        if not hasattr(ctx, "set_n_threads"):
+            return work()
+        ctx.set_n_threads(self.QUERY_THREADS, self.QUERY_THREADS)
+        try:
+            return work()
+        finally:
+            ctx.set_n_threads(self.threads, self.threads)
 
     def _tokenize(self, text: str) -> list[int]:
         data = text.encode("utf-8", errors="replace")

@@ -24,6 +24,8 @@ from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_ve
 if TYPE_CHECKING:
     import numpy as np
 
+    from mdmemory.store.matrix import VectorMatrix
+
 _SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
 COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
@@ -103,6 +105,9 @@ class Store(SqliteLifecycle):
         self.readonly_reason: str | None = None
         self.write_fault: StoreError | None = None
         self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
+        self._matrix: VectorMatrix | None = None  # the vectors in memory for KNN, opened on first use
+        self._matrix_key: tuple[int, int] | None = None
+        self._knn_calls = 0
         self._write_retry_at = 0.0
         self.conn = self._open()
 
@@ -186,6 +191,7 @@ class Store(SqliteLifecycle):
     def reopen(self) -> None:
         self.conn.close()
         self._memo.clear()
+        self._matrix = None
         self.conn = self._open()
 
     def close(self) -> None:
@@ -205,6 +211,7 @@ class Store(SqliteLifecycle):
                 yield
         except BaseException:
             self._memo.clear()
+            self._matrix = None
             raise
 
     def _memoised(self, name: str, compute: Any) -> Any:
@@ -414,7 +421,10 @@ class Store(SqliteLifecycle):
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
         stored = self.vector_count()
-        if not self._has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
+        matrix = self._vector_matrix(stored)
+        if matrix is not None:
+            hits = matrix.nearest(query, want)
+        elif not self._has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
                 "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
@@ -437,6 +447,25 @@ class Store(SqliteLifecycle):
             if dist < best.get(cid, np.inf):
                 best[cid] = dist
         return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
+
+    def _vector_matrix(self, stored: int) -> VectorMatrix | None:
+        """The vectors in memory (mdmemory.store.matrix), caught up with the table; None when too large, and
+        on a connection's first KNN: a one-shot command (a CLI search) would read every vector to answer
+        once, so only a store that searches again (a server, a daemon, a benchmark) holds them."""
+        from mdmemory.store import matrix
+
+        self._knn_calls += 1
+        dims = self.vec_dims()
+        if dims is None or self._knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
+            self._matrix = None
+            return None
+        key = (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
+        if self._matrix is None or self._matrix.dims != int(dims):
+            self._matrix, self._matrix_key = matrix.VectorMatrix(int(dims)), None
+        if self._matrix_key != key:
+            self._matrix.sync(self.conn)
+            self._matrix_key = key
+        return self._matrix
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
