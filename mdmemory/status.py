@@ -121,6 +121,7 @@ def _index_fields(
     mem: Memory, store: IndexStore, provider: EmbeddingProvider | None, warnings: list[str]
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None]:
     """The database's part of the status, whether a search could use its vectors, and an old lastError."""
+    store.refresh()  # the index as it is now: another process may have rebuilt it since this one last looked
     identity = store.get_meta("identity") or {}
     last = store.get_meta("lastSync")
     for row in store.files().values():

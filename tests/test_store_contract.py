@@ -111,7 +111,8 @@ def test_a_model_switch_rebuilds_as_a_new_generation_while_searches_keep_answeri
     assert seen == [before]  # mid-rebuild: the old index, vectors and all, answered
     assert switched.store.vec_dims() == 32 and switched.store.counts()["chunks"] == 4
     assert switched.search("heron pond")["mode"] == "hybrid"
-    assert reader.store.refresh() is True and reader.store.vec_dims() == 32  # the reader follows the switch
+    assert reader.status()["dims"] == 32  # status tells the index as it is now, not as the reader last saw it
+    assert reader.store.vec_dims() == 32
     assert switched.sync()["rebuilt"] is False  # one rebuild, not a storm
     again = open_store(switched.agent)  # a store opened afresh sees the new generation only
     try:
