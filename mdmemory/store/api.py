@@ -1,7 +1,9 @@
-"""What searching asks of a store: the part of the index interface both stores (SQLite, PostgreSQL) offer.
+"""The index interface both stores (SQLite, PostgreSQL) offer.
 
-``mdmemory.search`` is written against this, so it runs unchanged on either; keyword arguments are plain
-query terms (each store turns them into its own query: an FTS5 MATCH, or its postings).
+``SearchStore`` is what searching asks: ``mdmemory.search`` is written against it, so it runs unchanged on
+either; keyword arguments are plain query terms (each store turns them into its own query: an FTS5 MATCH,
+or its postings). ``IndexStore`` is everything else the indexer, ``Memory``, status, the pack and
+``mdmemory.store.copy`` use; no code outside ``mdmemory/store`` knows which store it talks to.
 """
 
 from __future__ import annotations
