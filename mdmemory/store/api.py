@@ -3,7 +3,7 @@
 ``SearchStore`` is what searching asks: ``mdmemory.search`` is written against it, so it runs unchanged on
 either; keyword arguments are plain query terms (each store turns them into its own query: an FTS5 MATCH,
 or its postings). ``IndexStore`` is everything else the indexer, ``Memory``, status, the pack and
-``mdmemory.store.copy`` use; no code outside ``mdmemory/store`` knows which store it talks to.
+``mdmemory.store.copy`` use, none of them knowing which store it talks to (``mdmemory.store.open`` picks one).
 """
 
 from __future__ import annotations
