@@ -157,10 +157,15 @@ class PgStore(PgIndexing, PgSearching):
         self.analyze()
 
     def abandon_rebuild(self, built: IndexStore) -> None:
+        """Drop the generation being built; if the server cannot be asked now (the failure that ended the
+        rebuild may be a lost connection), the next ``begin_rebuild`` drops it: no reader ever sees it."""
+        import psycopg
+
         assert isinstance(built, PgStore)
         built.close()
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            self._drop_generation(cur, built.gen)
+        with contextlib.suppress(psycopg.Error):
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                self._drop_generation(cur, built.gen)
 
     def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
         """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
