@@ -200,14 +200,13 @@ def test_search_syncs_small_edits_first(workspace: Path, make_memory: Callable[.
     assert mem.search("wombat")["results"][0]["path"] == "memory/2026-05-01.md"
 
 
-def test_embedding_inputs_are_the_chunk_then_windows_with_their_heading() -> None:
+def test_embedding_inputs_are_the_windows_with_their_heading_or_the_whole_chunk() -> None:
     from mdmemory.store import ChunkRow
 
     text = "## 9 May\n\nCaroline: went hiking\nMelanie: nice\n\n## 10 May\n\nCaroline: bought a guitar"
     row = ChunkRow("memory/d.md", "memory", 1, 7, "h", "e", "Log", text)
     inputs = embedding_inputs(row, 8)  # about one line per window
-    assert inputs[0] == text  # the whole chunk (it starts with a heading, so no prefix)
-    assert inputs[1:] == [
+    assert inputs == [  # the windows only: the whole chunk is not embedded as well
         "Log > 9 May\nCaroline: went hiking",
         "Log > 9 May\nMelanie: nice",
         "Log > 10 May\nCaroline: bought a guitar",

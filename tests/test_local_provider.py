@@ -301,3 +301,28 @@ def test_a_query_runs_on_one_llama_thread_and_batches_get_theirs_back(tiny_gguf:
         assert (llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)) == (2, 2)
     finally:
         provider.close()
+
+
+def test_short_inputs_share_a_decode_and_give_the_vectors_they_get_alone(tiny) -> None:
+    """Consecutive short inputs (a chunk's windows) are decoded together while they fit the context; an input
+    over ``SHARED_DECODE_TOKENS`` goes alone; the vectors are those of one input per decode, in order."""
+    short = [f"note {i} about the backup" for i in range(12)]
+    tiny.load()
+    limit = tiny.max_input_tokens
+    long = "the garden"
+    while tiny.count_tokens(long + " needs water") <= limit - 10:
+        long += " needs water"
+    assert tiny.count_tokens(long) > 40
+    texts = [*short[:5], long, *short[5:], "x" * 2000]
+    tiny.SHARED_DECODE_TOKENS = 40
+    try:
+        groups = tiny._decode_groups(texts)
+        assert [t for g in groups for t in g][:-1] == texts[:-1]  # the order is kept (the last one truncated)
+        assert [long] in groups and len(groups) < len(texts) - 2  # short ones shared decodes, the long did not
+        for g in groups:
+            assert len(g) == 1 or sum(tiny.count_tokens(t) for t in g) <= limit
+        together = tiny.embed_documents(texts)
+        alone = np.vstack([tiny.embed_documents([t]) for t in texts])
+        np.testing.assert_allclose((together * alone).sum(axis=1), 1.0, atol=1e-3)
+    finally:
+        del tiny.SHARED_DECODE_TOKENS

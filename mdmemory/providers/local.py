@@ -175,6 +175,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     id = "local"
     max_batch_size = 32
+    SHARED_DECODE_TOKENS = 160  # inputs up to this many tokens share a llama.cpp decode (see _decode_groups)
     QUERY_THREADS = 1  # llama.cpp threads for one query (see _on_query_threads); batches use ``threads``
 
     def __init__(
@@ -296,15 +297,39 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         assert self.dims is not None
         out = np.empty((len(texts), self.dims), dtype=np.float32)
         with self._lock:
-            for row, text in enumerate(texts):
-                if self.count_tokens(text) > self.max_input_tokens:
-                    text = self.truncate(text)  # never let an over-long sequence reach llama.cpp
+            row = 0
+            for group in self._decode_groups(texts):
                 try:
-                    vector = np.asarray(self._llm.embed(text, normalize=False, truncate=True), dtype=np.float32)
+                    vectors = self._llm.embed(group, normalize=False, truncate=True)
                 except (RuntimeError, ValueError) as exc:
                     raise ProviderError(f"llama.cpp failed to embed with {self.file_name}: {exc}") from exc
-                out[row] = vector.mean(axis=0) if vector.ndim == 2 else vector  # pooling "none": mean
+                for vector in vectors:
+                    v = np.asarray(vector, dtype=np.float32)
+                    out[row] = v.mean(axis=0) if v.ndim == 2 else v  # pooling "none": mean
+                    row += 1
         return out
+
+    def _decode_groups(self, texts: Sequence[str]) -> list[list[str]]:
+        """``texts`` (in order) as the groups llama.cpp decodes together: each truncated to the context
+        first (an over-long sequence must never reach llama.cpp), then consecutive short inputs (at most
+        ``SHARED_DECODE_TOKENS`` each: a chunk's ~64-token windows) packed into one decode while their tokens
+        fit the context; a longer input is decoded alone (attention over one long batch costs more than
+        it saves)."""
+        groups: list[list[str]] = []
+        used = 0
+        for text in texts:
+            n = self.count_tokens(text)
+            if n > self.max_input_tokens:
+                text = self.truncate(text)
+                n = self.count_tokens(text)
+            shared = n <= self.SHARED_DECODE_TOKENS
+            if groups and shared and used and used + n <= self.max_input_tokens:
+                groups[-1].append(text)
+                used += n
+            else:
+                groups.append([text])
+                used = n if shared else 0
+        return groups
 
     def _run_query(self, work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
         return self._runner.submit(lambda: self._on_query_threads(work))
