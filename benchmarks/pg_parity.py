@@ -2,7 +2,7 @@
 
 Builds (or reuses, with ``--workdir``) the LoCoMo dev index with mdmemory's real pipeline and the shared
 MiniLM, copies it into a PostgreSQL 16 + pgvector started for the run (``pgserver``, a temporary data
-directory) with ``store.pg.migrate.copy_to_postgres`` (no re-embedding), then asks every question of both
+directory) with ``store.copy.copy_index`` (no re-embedding), then asks every question of both
 stores through the same search (``mdmemory.search.search``: hybrid fusion, keyword scoring and minScore
 rule as configured) with the same query vector, and prints recall@1/5/10 and MRR side by side with the
 search time per question. Issue 13's bar: R@5 and MRR within 0.02 of SQLite.
@@ -53,7 +53,7 @@ def main() -> int:
         warnings.simplefilter("ignore")  # pgserver's platformdirs: XDG_RUNTIME_DIR unset
         import pgserver
 
-    from mdmemory.store.pg.migrate import copy_to_postgres
+    from mdmemory.store.copy import copy_index
     from mdmemory.store.pg.store import PgStore
 
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
@@ -72,7 +72,7 @@ def main() -> int:
             with Memory.open(config_path=config) as mem, PgStore(server.get_uri(), "locomo") as pg:
                 mem.sync()
                 started = time.perf_counter()
-                counts = copy_to_postgres(mem.store, pg)
+                counts = copy_index(mem.store, pg)
                 copy_seconds = time.perf_counter() - started
                 provider = mem.choice.provider
                 q = mem.settings.query

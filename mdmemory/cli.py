@@ -18,6 +18,7 @@ from mdmemory import cli_format as render
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.cli_service import register as register_service_commands
+from mdmemory.cli_store import register as register_store_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.entry import write
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
@@ -137,6 +138,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
 
     register_agent_commands(sub, common)
     register_service_commands(sub, common)
+    register_store_commands(sub, common, parser_class)
     return parser
 
 

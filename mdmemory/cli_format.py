@@ -56,7 +56,7 @@ def format_status(s: dict[str, Any]) -> str:
     lines = [
         f"agent       {s['agent']}",
         f"workspace   {s['workspace']}",
-        f"store       {s['store']}",
+        "store       " + (f"{s['backend']}: " if s.get("backend", "sqlite") != "sqlite" else "") + str(s["store"]),
         f"provider    {s['provider']}"
         + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
         + (f", requested {s['requestedProvider']}" if s["requestedProvider"] not in (s["provider"], "auto") else "")

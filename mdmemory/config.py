@@ -36,10 +36,11 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 from mdmemory import configpath, json5read
 from mdmemory.errors import ConfigError
 from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
+from mdmemory.storeconfig import DEFAULT_STORE_PATH as DEFAULT_STORE_PATH  # re-exported for callers
+from mdmemory.storeconfig import StoreConfig, resolve_store
 
 DEFAULT_LOCAL_MODEL = "hf:ggml-org/embeddinggemma-300M-GGUF/embeddinggemma-300M-Q8_0.gguf"
 DEFAULT_REMOTE_MODEL = "text-embedding-3-small"
-DEFAULT_STORE_PATH = "{home}/state/memory/{agentId}.sqlite"
 CONFIG_CACHE = "cache/config"  # under home: JSON5 files parsed once (mdmemory.json5read)
 
 ProviderName = Literal["auto", "local", "openai", "none", "hash"]
@@ -67,11 +68,6 @@ class LocalConfig:
     context_size: int | None = None  # cap on n_ctx; None -> the model's trained context
     query_prefix: str | None = None  # None -> known default for the model family
     document_prefix: str | None = None
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    path: str = DEFAULT_STORE_PATH
 
 
 @dataclass(frozen=True)
@@ -655,8 +651,10 @@ def _agent(
     transcripts = ms.sessions.transcripts_dir
     store = ms.store.path.replace("{agentId}", str(entry.id)).replace("{home}", str(home))
     cache_dir = ms.local.model_cache_dir
+    store_section = _origin(layers, "store.backend", "store.url", "store.schema") + ".store"
     ms = replace(
         ms,
+        store=resolve_store(ms.store, store_section, env, ld.source),
         query=replace(ms.query, hybrid=hybrid),
         extra_paths=tuple(dict.fromkeys(str(_absolute(p, ws, env)) for p in ms.extra_paths)),
         local=replace(ms.local, model_cache_dir=cache_dir and str(_absolute(cache_dir, home, env))),

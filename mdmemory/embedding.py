@@ -17,7 +17,8 @@ from mdmemory.chunker import Chunk
 from mdmemory.config import MemorySearchConfig
 from mdmemory.errors import ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.store import ChunkRow, ChunkVectors, Store
+from mdmemory.store import ChunkRow, ChunkVectors
+from mdmemory.store.api import IndexStore
 from mdmemory.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class Counts(Protocol):
 class ChunkEmbedder:
     """Vectors for one store and provider. Counts its work in the sync report passed to each call."""
 
-    def __init__(self, store: Store, provider: EmbeddingProvider, settings: MemorySearchConfig) -> None:
+    def __init__(self, store: IndexStore, provider: EmbeddingProvider, settings: MemorySearchConfig) -> None:
         self.store = store
         self.provider = provider
         self.settings = settings

@@ -13,11 +13,10 @@ from mdmemory import roots, transcripts
 from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
-from mdmemory.errors import LockError, ProviderError, SyncCancelled
+from mdmemory.errors import ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.store import ChunkRow, FileRow, Store, transaction
-from mdmemory.store.connection import remove_database
-from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
+from mdmemory.store import ChunkRow, FileRow
+from mdmemory.store.api import IndexStore
 from mdmemory.workspace import MemoryFile, Workspace, read_text
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
@@ -76,7 +75,7 @@ class Indexer:
 
     def __init__(
         self,
-        store: Store,
+        store: IndexStore,
         workspace: Workspace,
         settings: MemorySearchConfig,
         provider: EmbeddingProvider | None,
@@ -85,8 +84,6 @@ class Indexer:
         self.workspace = workspace
         self.settings = settings
         self.provider = provider
-        self.lock_path = Path(f"{store.path}.lock")
-        self.embed_lock_path = Path(f"{store.path}.embed.lock")
         self.should_stop: Callable[[], bool] | None = None  # checked between files; set by the sync service
         self.embedder = ChunkEmbedder(store, provider, settings) if provider is not None else None
 
@@ -131,7 +128,7 @@ class Indexer:
     ) -> SyncReport:
         """Bring the index up to date, in two phases; keyword freshness never waits for embeddings.
 
-        Phase 1, under the writer lock beside the database: each changed file's rows (files, chunks, and
+        Phase 1, under the store's writer lock: each changed file's rows (files, chunks, and
         so the keyword indexes) are replaced in one transaction, with the vectors already known (embedding
         cache, or the same input elsewhere in the index); chunks still without vectors are marked pending.
         ``budget`` (seconds) leaves the changed files not reached in time for a later sync (``deferred``).
@@ -144,24 +141,12 @@ class Indexer:
         discards a rebuild that could not embed everything instead of swapping it in. ``prune`` (implied by
         ``force``) drops indexed files whose folder is missing (mdmemory.roots).
         """
-        from filelock import FileLock, Timeout  # here: a search with nothing to index takes no lock
-
         started = time.monotonic()
-        lock = FileLock(str(self.lock_path))
-        try:
-            lock.acquire(timeout=wait)
-        except Timeout as exc:
-            raise LockError(
-                f"another mdmemory process is writing {self.store.path} (lock {self.lock_path}); "
-                "wait for it to finish or stop it"
-            ) from exc
-        try:
+        with self.store.writing(wait):
             deadline = None if budget is None else started + budget
             report = self._sync_locked(
                 force=force, progress=progress, deadline=deadline, keep_live=keep_live, prune=prune or force
             )
-        finally:
-            lock.release()
         if not report.rebuilt:  # a rebuild embedded its new generation before the swap
             try:
                 if embed:
@@ -177,7 +162,7 @@ class Indexer:
     def _sync_locked(
         self, *, force: bool, progress: Progress | None, deadline: float | None, keep_live: bool, prune: bool = False
     ) -> SyncReport:
-        remove_orphans(self.store.path)
+        self.store.tidy()
         self.store.refresh()
         self.refresh_transcripts()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
@@ -190,18 +175,11 @@ class Indexer:
         too: it looks for pending chunks again after releasing the lock."""
         if self.embedder is None:
             return
-        from filelock import FileLock, Timeout
-
-        lock = FileLock(str(self.embed_lock_path))
         for _ in range(3):
-            try:
-                lock.acquire(timeout=0)
-            except Timeout:
-                return
-            try:
+            with self.store.embedding_turn() as mine:
+                if not mine:
+                    return
                 report.embed_error = self.embedder.embed_pending(report, self.should_stop)
-            finally:
-                lock.release()
             if report.embed_error is not None or not self.store.pending_count():
                 return
 
@@ -213,10 +191,11 @@ class Indexer:
         self.store.set_meta("lastSync", {"at": time.time(), "report": report.to_dict()})
 
     def _rebuild(self, progress: Progress | None, keep_live: bool) -> SyncReport:
-        """Build a complete new index beside the live one, seeded from its embedding cache, then swap it in.
+        """Build a complete new index beside the live one, seeded from its embedding cache, then switch it in
+        at once (``IndexStore.begin_rebuild``: a new SQLite file swapped in, or a PostgreSQL generation).
 
-        Until the swap, searches keep answering from the live index; if anything fails, the new file is
-        deleted and the live index is untouched. When the provider fails while embedding the new index:
+        Until the switch, searches keep answering from the live index; if anything fails, the new index is
+        dropped and the live index is untouched. When the provider fails while embedding the new index:
 
         - a ``force`` rebuild of an index whose identity matches (its vectors serve searches), or one with
           ``keep_live`` (a fallback provider can take over and may match the live index), is discarded and
@@ -227,13 +206,8 @@ class Indexer:
         """
         current = self.identity_matches()
         started = time.monotonic()
-        target = next_generation(self.store.path)
-        fresh = Store(target)
+        fresh = self.store.begin_rebuild()
         try:
-            fresh.conn.execute("ATTACH DATABASE ? AS live", (str(live_file(self.store.path)),))
-            with transaction(fresh.conn):
-                fresh.conn.execute("INSERT OR IGNORE INTO main.embedding_cache SELECT * FROM live.embedding_cache")
-            fresh.conn.execute("DETACH DATABASE live")
             builder = Indexer(fresh, self.workspace, self.settings, self.provider)
             builder.should_stop = self.should_stop
             report = builder._update(progress)
@@ -248,13 +222,10 @@ class Indexer:
                 )
             report.seconds = round(time.monotonic() - started, 3)
             builder._record(report)
-            fresh.close()
-            swap_in(self.store.path, target)
         except BaseException:
-            fresh.close()
-            remove_database(target)
+            self.store.abandon_rebuild(fresh)
             raise
-        self.store.reopen()
+        self.store.finish_rebuild(fresh)
         return report
 
     def _update(self, progress: Progress | None, prune: bool = False, deadline: float | None = None) -> SyncReport:

@@ -36,7 +36,15 @@ MAX_REQUEST_BYTES = 256 * 1024  # an argv: a query and a few options
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a `get` of a large file or a big pack, as JSON
 DISABLE_ENV = "MDMEMORY_DAEMON"  # "off": the command line never asks a daemon
 # What load_config reads from the environment besides the file (mdmemory.config, mdmemory.providers).
-FINGERPRINT_ENV = ("MDMEMORY_HOME", "MDMEMORY_WORKSPACE", "HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TZ")
+FINGERPRINT_ENV = (
+    "MDMEMORY_HOME",
+    "MDMEMORY_WORKSPACE",
+    "MDMEMORY_PG_URL",
+    "HOME",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "TZ",
+)
 _PATH_ENV = ("MDMEMORY_HOME", "MDMEMORY_WORKSPACE")  # relative values resolve against the cwd
 _HEADER = struct.Struct(">I")
 _SUN_PATH_MAX = 107  # sockaddr_un.sun_path, less its NUL

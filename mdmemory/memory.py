@@ -19,7 +19,8 @@ from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused, StoreError, WorkspaceError
 from mdmemory.providers import deadline
 from mdmemory.selection import ProviderSelection
-from mdmemory.store.faults import store_fault
+from mdmemory.store.api import IndexStore
+from mdmemory.store.faults import store_errors, store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.tools import citations_on, get_file, search_response
 from mdmemory.transcripts import transcripts_folder
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.factory import ProviderChoice
     from mdmemory.search import SearchOutcome
-    from mdmemory.store import Store
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -49,11 +49,7 @@ def _store_faults(method: Callable[Concatenate[Memory, _P], _R]) -> Callable[Con
     def wrapper(self: Memory, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         try:
             return method(self, *args, **kwargs)
-        except Exception as exc:
-            from mdmemory.store.connection import DatabaseError  # loaded already when it is one
-
-            if not isinstance(exc, (DatabaseError, StoreError)):
-                raise
+        except store_errors(StoreError) as exc:
             fault = store_fault(exc, self.agent.store_path)
             self._record_error(fault)
             self.release_store()
@@ -92,7 +88,7 @@ class Memory(ProviderSelection):
         self.provider_error: ProviderError | None = None  # why the configured provider could not be created
         self._last_error: dict[str, Any] | None = None  # kept here too when the health file cannot be written
         self.last_repair: dict[str, Any] | None = None  # the corrupt index this object last moved aside
-        self._store: Store | None = None
+        self._store: IndexStore | None = None
         self._indexer: Indexer | None = None
         self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
         self._background: threading.Thread | None = None
@@ -153,8 +149,6 @@ class Memory(ProviderSelection):
         budget: float | None = None,
     ) -> SyncReport:
         """One sync; a SQLite or file-system failure of the index comes out as a ``StoreError`` saying the fix."""
-        from mdmemory.store.connection import DatabaseError
-
         path = self.agent.store_path
         try:
             self._follow_shared_state()
@@ -171,12 +165,12 @@ class Memory(ProviderSelection):
                 report = self._sync_once(False, progress, wait, embed, budget, prune)  # new identity: one rebuild
             self._record_fallback()
             if self.store.get_meta("lastError") is not None:  # recorded there by older versions
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'lastError'")
+                self.store.delete_meta("lastError")
             return report
         except StoreError:
             self.release_store()
             raise
-        except DatabaseError as exc:
+        except store_errors() as exc:
             self.release_store()
             raise store_fault(exc, path) from exc
         except OSError as exc:
@@ -247,11 +241,12 @@ class Memory(ProviderSelection):
         update_health(self.agent.store_path, **change)  # False on a read-only folder: status computes it
 
     @property
-    def store(self) -> Store:
+    def store(self) -> IndexStore:
+        """The agent's index, on the store ``memorySearch.store.backend`` names (opened on first use)."""
         if self._store is None:
-            from mdmemory.store import Store
+            from mdmemory.store.open import open_store
 
-            self._store = Store(self.agent.store_path)
+            self._store = open_store(self.agent)
         return self._store
 
     @property

@@ -25,7 +25,8 @@ from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.pack import LinesOf, Window, build_pack, kind_of
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
-from mdmemory.store import ChunkRow, Store
+from mdmemory.store import ChunkRow
+from mdmemory.store.api import IndexStore
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import Workspace, read_text
 
@@ -130,7 +131,7 @@ def run_pack(
 
 
 def window_similarities(
-    store: Store, hits: Sequence[Hit], vector: np.ndarray, window_tokens: int, count: TokenCounter
+    store: IndexStore, hits: Sequence[Hit], vector: np.ndarray, window_tokens: int, count: TokenCounter
 ) -> dict[int, list[Window]]:
     """Each candidate chunk's windows (file line spans) with the similarity of their stored vectors."""
     ids = [h.chunk.id for h in hits if h.chunk.id is not None]

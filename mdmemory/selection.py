@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mdmemory.config import AgentConfig, MemorySearchConfig
 from mdmemory.errors import ProviderError, StoreError
 from mdmemory.providers import deadline
+from mdmemory.store.faults import store_errors
 
 # The providers and the store are imported when a provider is first chosen: ``mdmemory get`` (a ``Memory``
 # that never embeds nor opens its index) then pays for neither.
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.breaker import CircuitBreaker
     from mdmemory.providers.factory import ProviderChoice
-    from mdmemory.store import Store
+    from mdmemory.store.api import IndexStore
 
 FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in charge before the primary is retried
 PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again
@@ -42,7 +43,7 @@ class ProviderSelection:
     _indexer: Indexer | None
 
     @property
-    def store(self) -> Store:  # provided by Memory
+    def store(self) -> IndexStore:  # provided by Memory
         raise NotImplementedError
 
     @property
@@ -78,11 +79,10 @@ class ProviderSelection:
     def _persisted_fallback(self) -> ProviderChoice | None:
         """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
         from mdmemory.providers.factory import ProviderChoice, build
-        from mdmemory.store.connection import DatabaseError
 
         try:
             state = self.store.get_meta("fallback")
-        except (StoreError, DatabaseError):
+        except store_errors(StoreError):
             return None  # a broken index has no fallback to keep; the store's state is reported on its own
         if not state or state.get("to") != self.settings.fallback:
             return None
@@ -131,7 +131,7 @@ class ProviderSelection:
         state = self.store.get_meta("fallback")
         if fb is None:
             if state is not None:
-                self.store.conn.execute("DELETE FROM meta WHERE key = 'fallback'")
+                self.store.delete_meta("fallback")
         elif state is None or state.get("from") != fb["from"] or _expired(state):
             self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
 

@@ -19,10 +19,10 @@ from mdmemory.errors import StoreError
 from mdmemory.indexer import Indexer, is_utf8, printable
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.factory import ProviderChoice
-from mdmemory.store import Store
-from mdmemory.store.connection import DatabaseError
-from mdmemory.store.faults import free_bytes, store_fault
+from mdmemory.store.api import IndexStore
+from mdmemory.store.faults import free_bytes, store_errors, store_fault
 from mdmemory.store.health import read_health
+from mdmemory.store.open import describe, local_disk
 from mdmemory.watchstate import read_watch_state
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ STORE_STATES = {
     "foreign": "foreign",
     "schema": "schema",
     "io": "io-error",
+    "unavailable": "unavailable",
 }
 LOW_SPACE_BYTES = 1 << 20  # less free space than this next to the index is reported as a full disk
 _INDEX_FIELDS = (
@@ -55,7 +56,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
     path = mem.agent.store_path
     health = read_health(path)
     warnings = _workspace_warnings(mem)
-    store: Store | None = None
+    store: IndexStore | None = None
     fault: StoreError | None = None
     index: dict[str, Any] = {**dict.fromkeys(_INDEX_FIELDS), "lastSyncSeconds": None, "staleFiles": []}
     matches = True
@@ -64,12 +65,12 @@ def build_status(mem: Memory) -> dict[str, Any]:
         index, matches, legacy_error = _index_fields(mem, store, provider, warnings)
     except StoreError as exc:
         fault, legacy_error = exc, None
-    except DatabaseError as exc:
+    except store_errors() as exc:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
         mem.release_store()  # the next use opens it again: it may be repaired or writable by then
     if store is not None and fault is None:
-        with contextlib.suppress(StoreError, DatabaseError):
+        with contextlib.suppress(StoreError, *store_errors()):
             warnings[:0] = roots.warnings(mem.workspace.missing_roots(), store.files())
     if not mem.settings.enabled:
         warnings.append(mem._disabled())
@@ -87,8 +88,8 @@ def build_status(mem: Memory) -> dict[str, Any]:
         "enabled": mem.settings.enabled,
         "workspace": str(mem.workspace.root),
         "sources": list(mem.settings.sources),  # memorySearch.sources: "memory", and "sessions" when on
-        "store": str(path),
-        "storeState": _store_state(path, store, fault, health, last_error),
+        **describe(mem.agent),  # backend, and where the index is (a PostgreSQL URL without its password)
+        "storeState": _store_state(path if local_disk(mem.agent) else None, store, fault, health, last_error),
         "provider": choice.name,
         "requestedProvider": choice.requested,
         "model": provider.model if provider else None,
@@ -117,9 +118,10 @@ def build_status(mem: Memory) -> dict[str, Any]:
 
 
 def _index_fields(
-    mem: Memory, store: Store, provider: EmbeddingProvider | None, warnings: list[str]
+    mem: Memory, store: IndexStore, provider: EmbeddingProvider | None, warnings: list[str]
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None]:
     """The database's part of the status, whether a search could use its vectors, and an old lastError."""
+    store.refresh()  # the index as it is now: another process may have rebuilt it since this one last looked
     identity = store.get_meta("identity") or {}
     last = store.get_meta("lastSync")
     for row in store.files().values():
@@ -165,13 +167,14 @@ def _workspace_warnings(mem: Memory) -> list[str]:
 
 
 def _store_state(
-    path: Path,
-    store: Store | None,
+    path: Path | None,
+    store: IndexStore | None,
     fault: StoreError | None,
     health: dict[str, Any],
     last_error: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """``{state, message, freeBytes, movedAside}``: can the index be read and written right now?"""
+    """``{state, message, freeBytes, movedAside}``: can the index be read and written right now? ``path``
+    is the index file (None when the index is not on this machine's disk: no free space to report)."""
     state, message = "ok", None
     known = health.get("corrupt")
     if fault is not None:
@@ -183,7 +186,7 @@ def _store_state(
     elif last_error and last_error.get("kind") == "full":
         state = "full"
         message = f"the last write failed for lack of space at {_iso(last_error['at'])}; the next sync catches up"
-    free = free_bytes(path)
+    free = free_bytes(path) if path is not None else None
     if state == "ok" and free is not None and free < LOW_SPACE_BYTES:
         state, message = (
             "full",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,17 +71,40 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
+BACKENDS = ("sqlite", "postgres")
+both_backends = pytest.mark.parametrize("store_backend", BACKENDS, indirect=True)
+"""Run a test on each store: ``make_memory`` (and anything using ``store_backend``) gets that store."""
+
+
 @pytest.fixture
-def make_memory(tmp_path: Path, workspace: Path) -> Iterator[Callable[..., Memory]]:
+def store_backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The ``memorySearch.store`` settings of the store under test: SQLite (``{}``, the default) or, in a
+    test marked ``both_backends``, a schema of its own on the test PostgreSQL, dropped after the test."""
+    backend = getattr(request, "param", "sqlite")
+    if backend == "sqlite":
+        yield {}
+        return
+    url = request.getfixturevalue("pg_url")
+    schema = "c_" + uuid.uuid4().hex[:12]
+    yield {"backend": "postgres", "url": url, "schema": schema}
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def make_memory(tmp_path: Path, workspace: Path, store_backend: dict[str, Any]) -> Iterator[Callable[..., Memory]]:
     """Build a Memory for ``workspace`` from a real config file; ``provider`` defaults to ``hash``.
 
     Pass ``memorySearch`` overrides as a dict. With provider ``hash`` the same counting provider instance
-    is used so tests can check how much was embedded.
+    is used so tests can check how much was embedded. The index is on ``store_backend``'s store.
     """
     opened: list[Memory] = []
 
     def factory(memory_search: dict[str, Any] | None = None, provider: str = "hash", **kw: Any) -> Memory:
         ms = {"provider": provider, **(memory_search or {})}
+        ms["store"] = {**store_backend, **ms.get("store", {})}
         cfg_path = tmp_path / f"config-{len(opened)}.json5"
         cfg_path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
         config = load_config(cfg_path)

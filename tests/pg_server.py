@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+START_ATTEMPTS = 3  # initdb now and then aborts in its post-bootstrap step on a busy machine: start afresh
+
 
 @pytest.fixture(scope="session")
 def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
@@ -18,8 +20,14 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         warnings.simplefilter("ignore")
         import pgserver
 
-        data: Path = tmp_path_factory.mktemp("pg") / "data"
-        server = pgserver.get_server(data, cleanup_mode="delete")
+        for attempt in range(1, START_ATTEMPTS + 1):
+            data: Path = tmp_path_factory.mktemp("pg") / "data"
+            try:
+                server = pgserver.get_server(data, cleanup_mode="delete")
+                break
+            except Exception:
+                if attempt == START_ATTEMPTS:
+                    raise
     try:
         yield server.get_uri()
     finally:

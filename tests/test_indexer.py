@@ -10,13 +10,23 @@ from mdmemory.chunker import chunk_markdown
 from mdmemory.indexer import embedding_inputs
 from mdmemory.memory import Memory
 from mdmemory.store import Store
-from tests.conftest import write
+from mdmemory.store.api import IndexStore
+from mdmemory.store.pg.store import PgStore
+from tests.conftest import both_backends, write
 
 LONG = "\n\n".join(f"## Section {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(120)) for i in range(8))
 
 
-def table_counts(store: Store) -> dict[str, int]:
+def table_counts(store: IndexStore) -> dict[str, int]:
+    """Rows of every table, the keyword indexes' entries included (FTS5's, or PostgreSQL's postings)."""
     out = store.counts()
+    if isinstance(store, PgStore):
+        for name, table in (("chunks_fts", "postings"), ("chunks_trigram", "grams")):
+            sql = f"SELECT count(*) FROM {store.schema}.{table} WHERE agent_id = %s AND gen = %s"
+            out[name] = store.conn.execute(sql, (store.agent_id, store.gen)).fetchone()[0]
+        store.conn.commit()
+        return out
+    assert isinstance(store, Store)
     for table in ("chunks_fts", "chunks_trigram"):
         store.conn.execute(
             f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_v USING fts5vocab(main, {table}, 'instance')"
@@ -25,6 +35,7 @@ def table_counts(store: Store) -> dict[str, int]:
     return out
 
 
+@both_backends
 def test_index_summary_and_rows_match_the_chunker(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", LONG)
     write(workspace / "memory" / "2026-01-01.md", "# Day\n\nShort note.\n")
@@ -41,6 +52,7 @@ def test_index_summary_and_rows_match_the_chunker(workspace: Path, make_memory: 
     assert again["indexed"] == 0 and again["unchanged"] == 2 and again["embedded"] == 0
 
 
+@both_backends
 def test_edited_file_rows_are_replaced_exactly(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     path = write(workspace / "MEMORY.md", LONG)
     write(workspace / "memory" / "other.md", "# Other\n\nuntouched zebra\n")
@@ -67,6 +79,7 @@ def test_edited_file_rows_are_replaced_exactly(workspace: Path, make_memory: Cal
     assert report["fromCache"] == len(inputs) - report["embedded"]
 
 
+@both_backends
 def test_deleted_file_leaves_nothing_in_any_table(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     path = write(workspace / "memory" / "2026-01-01.md", LONG + "\n\n寿司和拉面\n")
     mem = make_memory()
@@ -85,6 +98,7 @@ def test_deleted_file_leaves_nothing_in_any_table(workspace: Path, make_memory: 
     }
 
 
+@both_backends
 def test_invalid_utf8_is_indexed_and_reported(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     (workspace / "memory" / "bad.md").write_bytes(b"# Notes\n\ncaf\xe9 latte and \xff\xfe bytes\n")
     mem = make_memory(provider="none")
@@ -94,6 +108,7 @@ def test_invalid_utf8_is_indexed_and_reported(workspace: Path, make_memory: Call
     assert any("memory/bad.md" in w and "UTF-8" in w for w in status["warnings"])
 
 
+@both_backends
 def test_oversize_file_is_skipped_with_a_warning(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "memory" / "big.md", "x " * 2000)
     write(workspace / "MEMORY.md", "small")
@@ -105,6 +120,7 @@ def test_oversize_file_is_skipped_with_a_warning(workspace: Path, make_memory: C
     assert set(mem.store.files()) == {"MEMORY.md"}
 
 
+@both_backends
 def test_symlinks_are_not_followed(workspace: Path, tmp_path: Path, make_memory: Callable[..., Memory]) -> None:
     outside = write(tmp_path / "elsewhere" / "secret.md", "classified aardvark")
     os.symlink(outside, workspace / "memory" / "link.md")
@@ -117,6 +133,7 @@ def test_symlinks_are_not_followed(workspace: Path, tmp_path: Path, make_memory:
     assert mem.search("aardvark")["results"] == []
 
 
+@both_backends
 def test_discovery_covers_nested_folders_and_extra_paths(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "memory.md", "lower")
     write(workspace / "memory" / "a" / "b" / "deep.md", "deep")
@@ -130,6 +147,7 @@ def test_discovery_covers_nested_folders_and_extra_paths(workspace: Path, make_m
     assert mem.store.files()["docs/x.md"].source == "extra"
 
 
+@both_backends
 def test_chunking_change_rebuilds(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", LONG)
     first = make_memory({"chunking": {"tokens": 400, "overlap": 80}})
@@ -142,6 +160,7 @@ def test_chunking_change_rebuilds(workspace: Path, make_memory: Callable[..., Me
     assert second.store.counts()["chunks"] == len(chunk_markdown(LONG, "MEMORY.md", tokens=128, overlap=16)) > n400
 
 
+@both_backends
 def test_keyword_only_mode_is_reported(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", "# Hi\n\nhello there")
     mem = make_memory(provider="none")
@@ -152,6 +171,7 @@ def test_keyword_only_mode_is_reported(workspace: Path, make_memory: Callable[..
     assert res["provider"] == "none" and res["mode"] == "keyword" and res["results"]
 
 
+@both_backends
 def test_status_staleness_is_computed_from_disk(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     a = write(workspace / "memory" / "a.md", "alpha")
     b = write(workspace / "memory" / "b.md", "bravo")
@@ -171,6 +191,7 @@ def test_status_staleness_is_computed_from_disk(workspace: Path, make_memory: Ca
     assert mem.status()["staleFiles"] == []
 
 
+@both_backends
 def test_search_syncs_small_edits_first(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", "nothing yet")
     mem = make_memory(provider="none")
@@ -195,6 +216,7 @@ def test_embedding_inputs_are_the_windows_with_their_heading_or_the_whole_chunk(
     assert embedding_inputs(small, 64) == ["Prefs\n- tea, no sugar"]  # one window: the chunk itself
 
 
+@both_backends
 def test_stemmed_keywords_match_other_word_forms(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "memory" / "2026-02-02.md", "# Trip\n\nWe vacationed in Porto and visited bookshops.\n")
     mem = make_memory(provider="none")

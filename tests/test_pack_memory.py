@@ -24,7 +24,7 @@ from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.tokens import estimate_tokens
 from tests.agent_helpers import run_cli, write_config
-from tests.conftest import write
+from tests.conftest import both_backends, write
 
 MEMORY = """# Long-term memory
 
@@ -73,6 +73,7 @@ def is_file_text(text: str, root: Path, path: str, start: int, end: int) -> bool
     return re.fullmatch(shape, file_lines(root, path, start, end), re.DOTALL) is not None
 
 
+@both_backends
 def test_items_are_exact_file_lines_with_citations(mem: Memory, workspace: Path) -> None:
     result = mem.pack("restic backup vault", budget_tokens=400)
     assert set(result) >= {"query", "budgetTokens", "usedTokens", "items", "bundleText", "provider", "model", "mode"}
@@ -96,6 +97,7 @@ def test_items_are_exact_file_lines_with_citations(mem: Memory, workspace: Path)
     assert "trace" not in result
 
 
+@both_backends
 def test_the_trace_accounts_for_every_candidate_once_and_holds_no_text(mem: Memory) -> None:
     query = "restic backup vault"
     result = mem.pack(query, budget_tokens=150, trace=True)
@@ -115,6 +117,7 @@ def test_the_trace_accounts_for_every_candidate_once_and_holds_no_text(mem: Memo
                 assert line[2:14] not in dumped
 
 
+@both_backends
 def test_keyword_only_mode_packs_without_a_threshold(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "MEMORY.md", MEMORY)
     write(workspace / "memory/2026-03-09.md", DAY)
@@ -127,6 +130,7 @@ def test_keyword_only_mode_packs_without_a_threshold(workspace: Path, make_memor
     assert result["warnings"]  # keyword-only search says so, as memory_search does
 
 
+@both_backends
 def test_sources_keep_only_those_kinds(mem: Memory) -> None:
     daily = mem.pack("restic backup vault", budget_tokens=500, sources=["daily"])
     assert daily["items"] and {i["kind"] for i in daily["items"]} == {"daily"}
@@ -138,6 +142,7 @@ def test_sources_keep_only_those_kinds(mem: Memory) -> None:
         mem.pack("  ")
 
 
+@both_backends
 def test_a_file_edited_since_indexing_is_never_cited_with_wrong_lines(
     workspace: Path, make_memory: Callable[..., Memory]
 ) -> None:
@@ -288,6 +293,7 @@ def test_a_file_read_by_an_earlier_pack_is_read_again_when_it_changes_or_becomes
     assert result["items"] == [] and {r["reason"] for r in result["trace"]} == {"stale"}
 
 
+@both_backends
 def test_when_nothing_reaches_min_score_the_closest_come_marked(
     workspace: Path, make_memory: Callable[..., Memory]
 ) -> None:

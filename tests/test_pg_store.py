@@ -86,6 +86,7 @@ def test_a_rebuild_switches_in_one_transaction_and_readers_never_see_half(pg_url
         assert [w for _, _, w in reader.keyword_matches(["kingfisher"], 5)] == [{"kingfisher"}]
         assert reader.keyword_matches(["heron"], 5) == []  # the building generation is invisible
         writer.switch_live(gen)
+        assert len(reader.keyword_matches(["kingfisher"], 5)) == 1  # not followed yet: the whole old index
         assert reader.refresh() and reader.keyword_matches(["kingfisher"], 5) == []
         assert len(reader.keyword_matches(["heron"], 5)) == 1
 
@@ -116,6 +117,7 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
             gen = store.begin_generation()  # and its abandoned generation is dropped
             store.replace_file(*note("memory/a.md", "rebuilt egret note"), None, gen=gen)
             store.switch_live(gen)
+            store.tidy(keep_seconds=0)  # the retired generation too, once no search can still be reading it
         assert [len(store.keyword_matches([w], 5)) for w in ("osprey", "rebuilt")] == [0, 1]
         count = store.conn.execute(
             f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)
@@ -129,7 +131,7 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
     tmp_path: Path,
 ) -> None:
     from mdmemory.store import Store
-    from mdmemory.store.pg.migrate import copy_to_postgres
+    from mdmemory.store.copy import copy_index
 
     rng = np.random.default_rng(2)
     with Store(tmp_path / "index.sqlite") as lite, PgStore(pg_url, "a1", schema) as pg:
@@ -141,9 +143,9 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
         lite.replace_file(f2, c2, [None])
         lite.set_meta("identity", {"provider": "hash", "dims": 16})
 
-        counts = copy_to_postgres(lite, pg)
+        counts = copy_index(lite, pg)
 
-        assert counts == {"files": 2, "chunks": 3, "vectors": 3}
+        assert counts == {"files": 2, "chunks": 3, "vectors": 3, "pending": 1, "cacheEntries": 0}
         assert set(pg.files()) == {"memory/a.md", "memory/b.md"} and pg.pending_count() == 1
         assert pg.get_meta("identity") == {"provider": "hash", "dims": 16}
         assert pg.keyword_matches(["old"], 5) == []
@@ -161,3 +163,20 @@ def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str
         with PgStore(pg_url, "a1", schema) as other:  # another process's write is seen too
             other.delete_file("memory/a.md")
         assert store.term_frequency_at_least("herons", 10) == 1
+
+
+def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, schema: str) -> None:
+    from mdmemory.store.pg.store import _lock_key
+
+    first = PgStore(pg_url, "a1", schema)
+    first.conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key("a1"),))
+    first.conn.commit()
+    first.close()  # given back still holding the lock, as a store closed mid-write would be
+    others = [PgStore(pg_url, "a1", schema) for _ in range(3)]  # one of them may get that connection again
+    try:
+        for store in others:
+            with store.writer(wait=0.0):
+                pass
+    finally:
+        for store in others:
+            store.close()

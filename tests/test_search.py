@@ -26,7 +26,7 @@ from mdmemory.search import (
 )
 from mdmemory.store.index import fts_match
 from mdmemory.tools import CITED_RESULT_KEYS
-from tests.conftest import write
+from tests.conftest import both_backends, write
 from tests.test_agent_tools import validate
 
 HOSTILE = [
@@ -80,6 +80,7 @@ def notes(workspace: Path) -> Path:
 
 
 @pytest.mark.parametrize("provider", ["none", "hash"])
+@both_backends
 def test_hostile_queries_raise_no_sql_error(notes: Path, make_memory: Callable[..., Memory], provider: str) -> None:
     mem = make_memory(provider=provider)
     mem.sync()
@@ -121,6 +122,7 @@ def test_fusion_math() -> None:
     assert fuse_rrf([1], [1], 0.5, 0.5, 60)[1] == pytest.approx(1.0)
 
 
+@both_backends
 def test_best_keyword_match_ranks_first_keyword_only(notes: Path, make_memory: Callable[..., Memory]) -> None:
     mem = make_memory(provider="none")
     mem.sync()
@@ -133,6 +135,7 @@ def test_best_keyword_match_ranks_first_keyword_only(notes: Path, make_memory: C
     assert any("keyword-only" in w for w in res["warnings"])
 
 
+@both_backends
 def test_exact_keyword_hit_is_never_hidden_by_min_score(notes: Path, make_memory: Callable[..., Memory]) -> None:
     mem = make_memory(provider="none")
     mem.sync()
@@ -146,6 +149,7 @@ def test_exact_keyword_hit_is_never_hidden_by_min_score(notes: Path, make_memory
     assert res["results"][0]["score"] < 0.99  # kept by the exact-hit rule, not by its score
 
 
+@both_backends
 def test_min_score_never_returns_candidates_without_any_similarity(
     notes: Path, make_memory: Callable[..., Memory]
 ) -> None:
@@ -172,6 +176,7 @@ def test_low_confidence_picks(scores: dict[int, float], limit: int, expected: li
     assert low_confidence_picks(scores, limit) == expected
 
 
+@both_backends
 def test_nothing_reaching_min_score_returns_the_best_few_marked(
     notes: Path, make_memory: Callable[..., Memory]
 ) -> None:
@@ -197,6 +202,7 @@ def test_nothing_reaching_min_score_returns_the_best_few_marked(
     assert res["results"] == [] and "warnings" not in res  # the rule before lowConfidenceResults
 
 
+@both_backends
 def test_the_top_candidate_is_never_hidden(notes: Path, make_memory: Callable[..., Memory]) -> None:
     mem = make_memory(provider="hash")
     mem.sync()
@@ -216,6 +222,7 @@ def test_the_top_candidate_is_never_hidden(notes: Path, make_memory: Callable[..
                 assert not flagged, (query, threshold)  # confident answers are never padded
 
 
+@both_backends
 def test_keyword_only_results_are_never_marked(notes: Path, make_memory: Callable[..., Memory]) -> None:
     mem = make_memory(provider="none")
     mem.sync()
@@ -242,6 +249,7 @@ def test_low_confidence_results_is_a_bounded_config_key(workspace: Path, tmp_pat
         ("creme brulee", "memory/2026-01-03.md"),
     ],
 )
+@both_backends
 def test_cjk_and_diacritics(notes: Path, make_memory: Callable[..., Memory], query: str, path: str) -> None:
     mem = make_memory(provider="none")
     mem.sync()
@@ -249,6 +257,7 @@ def test_cjk_and_diacritics(notes: Path, make_memory: Callable[..., Memory], que
     assert res["results"] and res["results"][0]["path"] == path, res
 
 
+@both_backends
 def test_results_shape_unique_sorted_and_cut(notes: Path, workspace: Path, make_memory: Callable[..., Memory]) -> None:
     for i in range(12):
         write(workspace / "memory" / f"2026-02-{i + 1:02d}.md", f"# Day {i}\n\nRestic backup report {i}.\n")
@@ -319,6 +328,7 @@ def test_terms_without_weight_are_dropped_and_common_terms_only_in_large_indexes
     assert calls[-1] == '"caroline"'  # stop words dropped, the content word kept
 
 
+@both_backends
 def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     filler = "\n".join(f"- the note {i} is about the plan and the day" for i in range(60))
     write(workspace / "MEMORY.md", f"# Notes\n\n{filler}\n- backups run nightly with restic\n")
@@ -369,6 +379,7 @@ def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_stat
     assert any("kingfisher" in words and "heron" in words for _, _, words in got)
 
 
+@both_backends
 def test_pruning_never_leaves_a_query_that_matches_nothing(workspace: Path, make_memory: Callable[..., Memory]) -> None:
     write(workspace / "memory" / "2026-03-01.md", "# Day 1\n\nAnn adopted a cat.\n")
     write(workspace / "memory" / "2026-03-02.md", "# Day 2\n\nBo planted tomatoes with Ann.\n")

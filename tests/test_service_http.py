@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from mdmemory.config import load_config
 from mdmemory.memory import Memory
 from mdmemory.service.agents import with_sessions
 from mdmemory.service.canonical import entry_id
+from tests.conftest import both_backends
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -26,11 +28,13 @@ TOKEN = "test-token-5f1c2d9e8a7b"
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
+def service(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Service]:
+    """A running service; on the store of ``store_backend`` (SQLite unless a test says ``both_backends``)."""
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe staging database is Postgres 16 on port 5433.\n")
-    cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"})
+    store = {"store": store_backend} if store_backend else None
+    cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store)
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
     yield svc
@@ -55,8 +59,9 @@ def test_describe_and_healthz_are_open_everything_else_needs_the_token(service: 
     assert json.loads(out.stdout) == d.body
 
 
+@both_backends
 @pytest.mark.parametrize("shape", ["openai-json", "openai-sse", "anthropic-json", "anthropic-sse"])
-def test_retain_recall_duplicate_forget(service: Service, shape: str) -> None:
+def test_retain_recall_duplicate_forget(service: Service, shape: str, store_backend: dict[str, Any]) -> None:
     provider, fmt = shape.split("-")
     make = openai_entry if provider == "openai" else anthropic_entry
     entry = make(
@@ -89,6 +94,13 @@ def test_retain_recall_duplicate_forget(service: Service, shape: str) -> None:
         assert "zebra-nightly" not in json.dumps(mem.pack("zebra cluster backup bucket"))
     leaked = [p for p in service.home.rglob("*") if p.is_file() and OPENAI_KEY.encode() in p.read_bytes()]
     assert not leaked  # nor in the index, its WAL or any state file
+    if store_backend:  # nor in the PostgreSQL index
+        import psycopg
+
+        with psycopg.connect(store_backend["url"]) as conn:
+            sql = f"SELECT count(*) FROM {store_backend['schema']}.chunks WHERE text LIKE %s"
+            assert conn.execute(sql, (f"%{OPENAI_KEY}%",)).fetchone()[0] == 0
+            assert conn.execute(sql, ("%zebra-nightly%",)).fetchone()[0] == 0  # forgotten: gone from the index
 
 
 def test_recall_respects_the_proxy_limits(service: Service) -> None:
@@ -136,6 +148,7 @@ def _raw_post(service: Service, headers: dict[str, str], pieces: list[bytes], ch
         conn.close()
 
 
+@both_backends
 def test_status_and_no_secret_in_logs(service: Service) -> None:
     service.call(
         "POST", "/retain", retain_body("ops", openai_entry(f"token {OPENAI_KEY} for the ops", "ok", id="hist1_s"))

@@ -1,4 +1,6 @@
-"""SQLite store: connection factory (sqlite-vec), migrations, vector codec, index queries.
+"""The index stores. ``api.IndexStore`` is what the rest of mdmemory uses; ``open.open_store`` gives the
+configured one: the SQLite ``Store`` (here: connection factory with sqlite-vec, migrations, vector codec,
+index queries, generation files) or ``pg.PgStore`` (PostgreSQL + pgvector).
 
 The names below are imported on first use (PEP 562), so that importing a light submodule (``faults``,
 ``health``) does not open SQLite: ``mdmemory get`` never touches the index.

@@ -1,18 +1,23 @@
-"""What searching asks of a store: the part of the index interface both stores (SQLite, PostgreSQL) offer.
+"""The index interface both stores (SQLite, PostgreSQL) offer.
 
-``mdmemory.search`` is written against this, so it runs unchanged on either; keyword arguments are plain
-query terms (each store turns them into its own query: an FTS5 MATCH, or its postings).
+``SearchStore`` is what searching asks: ``mdmemory.search`` is written against it, so it runs unchanged on
+either; keyword arguments are plain query terms (each store turns them into its own query: an FTS5 MATCH,
+or its postings). ``IndexStore`` is everything else the indexer, ``Memory``, status, the pack and
+``mdmemory.store.copy`` use, none of them knowing which store it talks to (``mdmemory.store.open`` picks one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from mdmemory.store.index import ChunkRow
+    from mdmemory.errors import StoreError
+    from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 
 
 class SearchStore(Protocol):
@@ -35,3 +40,103 @@ class SearchStore(Protocol):
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]: ...
 
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]: ...
+
+
+class IndexStore(SearchStore, Protocol):
+    """What the indexer, ``Memory``, status, the pack and the copy between stores use: one agent's index on
+    either store (``mdmemory.store.Store``, SQLite; ``mdmemory.store.pg.PgStore``, PostgreSQL).
+
+    Each store keeps its own mechanics behind these: the writer lock (a lock file, or an advisory lock),
+    rebuilds (a generation file swapped in by a symlink, or a generation switched live in a transaction),
+    what ``refresh`` follows. ``open_store`` (``mdmemory.store.open``) picks one from the configuration.
+    """
+
+    @property
+    def path(self) -> str | os.PathLike[str]:
+        """Where the index is, for messages (a file, or a URL without its password)."""
+        ...
+
+    @property
+    def inode(self) -> int | None:
+        """The database file's inode (None when the index is not a file): which file a fault was seen in."""
+        ...
+
+    @property
+    def write_fault(self) -> StoreError | None: ...
+
+    # -- life -------------------------------------------------------------------------------------
+    def close(self) -> None: ...
+
+    def refresh(self) -> bool: ...
+
+    def reopen(self) -> None: ...
+
+    def ensure_writable(self) -> None: ...
+
+    def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
+        """Hold the agent's writer lock for the block (``LockError`` after ``wait`` seconds)."""
+        ...
+
+    def embedding_turn(self) -> contextlib.AbstractContextManager[bool]:
+        """Try the embedding lock without waiting: the block gets True when this process holds it."""
+        ...
+
+    def tidy(self) -> None:
+        """Remove what a killed writer left behind (called under the writer lock)."""
+        ...
+
+    def begin_rebuild(self) -> IndexStore:
+        """An empty index beside the live one (seeded with the embedding cache) for a rebuild to fill."""
+        ...
+
+    def finish_rebuild(self, built: IndexStore) -> None:
+        """Make ``built`` the live index at once; readers see the old one or the new one, never half."""
+        ...
+
+    def abandon_rebuild(self, built: IndexStore) -> None: ...
+
+    # -- meta and files ---------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any: ...
+
+    def set_meta(self, key: str, value: Any) -> None: ...
+
+    def delete_meta(self, key: str) -> None: ...
+
+    def files(self) -> dict[str, FileRow]: ...
+
+    def touch_file(self, path: str, mtime: float, size: int) -> None: ...
+
+    def replace_file(
+        self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors | None] | None
+    ) -> list[int]: ...
+
+    def delete_file(self, path: str) -> None: ...
+
+    def chunks_of(self, path: str) -> list[ChunkRow]: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+    # -- vectors, pending chunks and the embedding cache ------------------------------------------
+    def vec_dims(self) -> int | None: ...
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]: ...
+
+    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int: ...
+
+    def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]: ...
+
+    def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]: ...
+
+    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None: ...
+
+    def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None: ...
+
+    def cache_prune(self, max_entries: int) -> int: ...
+
+    def cache_entries(self) -> Iterator[tuple[tuple[str, str, str], dict[str, np.ndarray]]]:
+        """The whole embedding cache, in groups: ((provider, model, provider key), {input hash: vector})."""
+        ...

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from mdmemory.errors import StoreError
+from mdmemory.redact import scrub
 
 NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less free space than this is treated as a full disk
 
@@ -92,10 +93,30 @@ def unwritable_reason(path: Path) -> str | None:
     return None
 
 
+def store_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """The database errors of the stores in use (and ``more``): SQLite's once it was used, and psycopg's once
+    PostgreSQL was (none can happen before its module is imported, and importing it for nothing costs
+    start-up: ``mdmemory get`` opens no index)."""
+    sqlean, psycopg = sys.modules.get("sqlean"), sys.modules.get("psycopg")  # likewise for SQLite
+    return (
+        *more,
+        *((sqlean.DatabaseError,) if sqlean is not None else ()),
+        *((psycopg.Error,) if psycopg is not None else ()),
+    )
+
+
 def store_fault(exc: BaseException, path: Path) -> StoreError:
     """A ``StoreError`` for ``exc`` (raised while using the index at ``path``) that says how to fix it."""
     if isinstance(exc, StoreError):
         return exc
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(exc, psycopg.Error):  # the PostgreSQL store: not about ``path``
+        lost = isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError)
+        detail = scrub((str(exc).strip().splitlines() or [type(exc).__name__])[0])
+        fix = "check that the server runs and is reachable; searches answer again once it is" if lost else ""
+        return StoreError(
+            f"PostgreSQL failed ({detail}){'; ' + fix if fix else ''}", kind="unavailable" if lost else "error"
+        )
     path = Path(path)
     kind = fault_kind(exc)
     detail = _detail(exc)

@@ -17,6 +17,7 @@ import sqlean
 from mdmemory.errors import StoreError
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
+from mdmemory.store.lifecycle import SqliteLifecycle
 from mdmemory.store.schema import SCHEMA_VERSION, migrate
 from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_vector
 
@@ -88,7 +89,7 @@ def _rows_in(conn: sqlean.Connection, sql: str, keys: Iterable[Any], params: tup
         yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
 
 
-class Store:
+class Store(SqliteLifecycle):
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:

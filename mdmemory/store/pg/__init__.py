@@ -1,7 +1,8 @@
-"""The PostgreSQL + pgvector store: every agent in one database (issue 13, in progress).
+"""The PostgreSQL + pgvector store: every agent in one database (``memorySearch.store.backend: "postgres"``).
 
-Here: the schema and its migrations, FTS5-identical keyword postings with BM25 computed in SQL, HNSW vector
-search per agent generation, one agent's index (``PgStore``: files, generations, the writer lock) and the
-copy of an SQLite index. ``mdmemory.search`` runs on a ``PgStore`` as on the SQLite store; the indexer,
-``Memory``, status and the service do not use it yet, and the configuration cannot select it.
+``store`` (``PgStore``: one agent's index, its generations, the writer lock), ``indexing`` (pending chunks,
+vectors, the embedding cache), ``searching`` (what ``mdmemory.search`` asks), ``keyword`` (FTS5-identical
+postings, BM25 in SQL), ``vectors`` (HNSW per agent generation), ``schema`` (numbered migrations),
+``connection`` (pooled connections, the URL never shown with its password). ``PgStore`` implements
+``mdmemory.store.api.IndexStore``, as the SQLite ``Store`` does; ``mdmemory.store.open`` picks one.
 """

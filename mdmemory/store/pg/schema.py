@@ -22,7 +22,7 @@ from typing import Any
 
 from mdmemory.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -82,7 +82,27 @@ def _m1_initial(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
-MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial}
+def _m2_sync_state(cur: Any, s: str) -> None:
+    """What the indexer and status need besides search: when a generation was retired (it is kept a while for
+    the searches still reading it), a file's encoding errors and indexing time, a hash
+    lookup of stored vectors (reused after a rename), and the embedding cache per agent with the provider
+    and model beside the provider key, as in SQLite (no version before this one wrote to the cache)."""
+    for statement in (
+        f"ALTER TABLE {s}.generations ADD COLUMN retired_at double precision",
+        f"ALTER TABLE {s}.files ADD COLUMN encoding_errors integer NOT NULL DEFAULT 0",
+        f"ALTER TABLE {s}.files ADD COLUMN indexed_at double precision NOT NULL DEFAULT 0",
+        f"CREATE INDEX vectors_hash ON {s}.vectors (agent_id, gen, hash)",
+        f"DROP TABLE {s}.embedding_cache",
+        f"""CREATE TABLE {s}.embedding_cache (
+            agent_id text NOT NULL, provider text NOT NULL, model text NOT NULL, provider_key text NOT NULL,
+            hash text NOT NULL, dims integer NOT NULL, embedding vector NOT NULL, updated_at double precision NOT NULL,
+            PRIMARY KEY (agent_id, provider, model, provider_key, hash))""",
+        f"CREATE INDEX embedding_cache_age ON {s}.embedding_cache (agent_id, updated_at)",
+    ):
+        cur.execute(statement)
+
+
+MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial, 2: _m2_sync_state}
 
 
 def migrate(conn: Any, schema: str) -> int:

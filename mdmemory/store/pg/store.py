@@ -2,8 +2,10 @@
 
 - **Generations.** Every row belongs to a generation of the agent's index. Readers use the ``live`` one; a
   rebuild writes a ``building`` one beside it and ``switch_live`` makes it live and retires the old one in
-  one transaction, so a reader sees the whole old index or the whole new one, never half of each; a
-  writer killed mid-rebuild leaves a ``building`` generation no reader looks at (the next rebuild drops it).
+  one transaction, so a reader sees the whole old index or the whole new one, never half of each. A
+  retired generation is kept ``RETIRED_KEEP_SECONDS`` for the searches still reading it (a reader follows
+  the switch at its next ``refresh``), then dropped by a writer (``tidy``); a writer killed mid-rebuild
+  leaves a ``building`` generation no reader looks at (the next rebuild drops it).
 - **One writer per agent,** across hosts: a session-level advisory lock keyed by the agent id, held by
   ``writer()``; a second writer gets ``LockError`` at once (or after ``wait`` seconds), as with SQLite.
 - **Each file's rows are replaced in one transaction** (chunks, keyword postings, vectors, the file row).
@@ -19,36 +21,69 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
-from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, like_escape, rank_needle_hits
-from mdmemory.store.pg import keyword, vectors
-from mdmemory.store.pg.connection import connect
+from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
+from mdmemory.store.pg import keyword
+from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import borrow, give_back, shown_url
+from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, migrate
+from mdmemory.store.pg.searching import PgSearching
 
 if TYPE_CHECKING:
-    import numpy as np
+    from mdmemory.store.api import IndexStore
 
 LOCK_POLL_SECONDS = 0.05
+RETIRED_KEEP_SECONDS = 60.0  # a retired generation outlives the searches that were reading it by far
 
 
-def _lock_key(agent_id: str) -> int:
-    """A signed 64-bit advisory lock key for the agent's writer lock."""
-    return int.from_bytes(hashlib.sha256(f"mdmemory-writer\0{agent_id}".encode()).digest()[:8], "big", signed=True)
+def _lock_key(agent_id: str, purpose: str = "writer") -> int:
+    """A signed 64-bit advisory lock key for the agent's writer (or embedding) lock."""
+    digest = hashlib.sha256(f"mdmemory-{purpose}\0{agent_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
-class PgStore:
-    """The index of ``agent_id`` in schema ``schema`` of the database at ``url``."""
+_migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
 
-    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory") -> None:
+
+class PgStore(PgIndexing, PgSearching):
+    """The index of ``agent_id`` in schema ``schema`` of the database at ``url``; ``generation`` opens a
+    generation being built instead of the live one (a rebuild's writer)."""
+
+    write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
+    inode: int | None = None  # not a file
+
+    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory", *, generation: int | None = None) -> None:
+        self.url = url
         self.agent_id = agent_id
         self.schema = check_schema_name(schema)
-        self.conn = connect(url)
-        migrate(self.conn, self.schema)
-        self.gen = self._live_generation()
+        self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
+        self.conn = borrow(url)
+        try:
+            if (url, self.schema) not in _migrated:
+                migrate(self.conn, self.schema)
+                _migrated.add((url, self.schema))
+            self.gen = self._live_generation() if generation is None else generation
+        except BaseException:
+            give_back(url, self.conn)
+            raise
+        self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
 
     def close(self) -> None:
-        self.conn.close()
+        if self.conn is not None:
+            give_back(self.url, self.conn)
+            self.conn = None
+
+    def reopen(self) -> None:
+        """A fresh connection (the old one may have been dropped by the server), following the live generation."""
+        self.close()
+        self.conn = borrow(self.url)
+        if not self._building:
+            self.gen = self._live_generation()
+
+    def ensure_writable(self) -> None:
+        """Nothing to check ahead: PostgreSQL reports a write it refuses when it happens."""
 
     def __enter__(self) -> PgStore:
         return self
@@ -61,18 +96,76 @@ class PgStore:
         """The live generation (the first one is created live, empty)."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"INSERT INTO {s}.generations (agent_id, gen, state) VALUES (%s, 1, 'live') ON CONFLICT DO NOTHING",
-                (self.agent_id,),
+            cur.execute(  # the first generation of an agent that has none yet
+                f"INSERT INTO {s}.generations (agent_id, gen, state) SELECT %s, 1, 'live' WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {s}.generations WHERE agent_id = %s) ON CONFLICT DO NOTHING",
+                (self.agent_id, self.agent_id),
             )
             cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
             return int(cur.fetchone()[0])
 
     def refresh(self) -> bool:
         """Follow a switch another process made; True when the live generation changed."""
-        live = self._live_generation()
+        if self._building:
+            return False
+        row = self.conn.execute(
+            f"SELECT gen FROM {self.schema}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,)
+        ).fetchone()
+        self.conn.commit()
+        live = int(row[0]) if row else self._live_generation()
         changed, self.gen = live != self.gen, live
         return changed
+
+    # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
+    def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
+        return self.writer(wait)
+
+    @contextlib.contextmanager
+    def embedding_turn(self) -> Iterator[bool]:
+        key = _lock_key(self.agent_id, "embed")
+        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+        self.conn.commit()
+        try:
+            yield got
+        finally:
+            if got:
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                self.conn.commit()
+
+    def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
+        """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
+        dropped by the next ``begin_rebuild``)."""
+        s = self.schema
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'retired' AND retired_at < %s",
+                (self.agent_id, time.time() - keep_seconds),
+            )
+            for (old,) in cur.fetchall():
+                self._drop_generation(cur, int(old))
+
+    def begin_rebuild(self) -> PgStore:
+        """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
+        agent's, not a generation's, so the rebuild finds every vector embedded before."""
+        gen = self.begin_generation()
+        return PgStore(self.url, self.agent_id, self.schema, generation=gen)
+
+    def finish_rebuild(self, built: IndexStore) -> None:
+        assert isinstance(built, PgStore)
+        built.close()
+        self.switch_live(built.gen)
+        self.analyze()
+
+    def abandon_rebuild(self, built: IndexStore) -> None:
+        """Drop the generation being built; if the server cannot be asked now (the failure that ended the
+        rebuild may be a lost connection), the next ``begin_rebuild`` drops it: no reader ever sees it."""
+        import psycopg
+
+        assert isinstance(built, PgStore)
+        built.close()
+        with contextlib.suppress(psycopg.Error):
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                self._drop_generation(cur, built.gen)
 
     def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
         """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
@@ -90,21 +183,23 @@ class PgStore:
         return gen
 
     def switch_live(self, gen: int) -> None:
-        """Make ``gen`` live and drop the old live generation, in one transaction."""
+        """Make ``gen`` live and retire the old live generation, in one transaction (see ``tidy``)."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(
                 f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live' FOR UPDATE", (self.agent_id,)
             )
-            old = [int(r[0]) for r in cur.fetchall()]
             cur.execute(
                 f"UPDATE {s}.generations SET state = 'live' WHERE agent_id = %s AND gen = %s AND state = 'building'",
                 (self.agent_id, gen),
             )
             if cur.rowcount != 1:
                 raise StoreError(f"generation {gen} of agent {self.agent_id!r} is not being built", kind="error")
-            for g in old:
-                self._drop_generation(cur, g)
+            cur.execute(
+                f"UPDATE {s}.generations SET state = 'retired', retired_at = %s WHERE agent_id = %s AND state = 'live' "
+                "AND gen <> %s",
+                (time.time(), self.agent_id, gen),
+            )
         self.gen = gen
 
     def analyze(self) -> None:
@@ -121,7 +216,7 @@ class PgStore:
         dims = [int(r[0]) for r in cur.fetchall()]
         for table in ("vectors", "postings", "chunks", "files", "meta", "token_totals", "generations"):
             cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
-        vectors.drop_indexes(cur, s, a, gen, dims)
+        vector_sql.drop_indexes(cur, s, a, gen, dims)
 
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -162,25 +257,27 @@ class PgStore:
 
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
         rows = self.conn.execute(
-            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, (SELECT count(*) FROM {self.schema}.chunks c "
-            "WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path) "
-            f"FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
+            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
+            f"{self.schema}.chunks c WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path), "
+            f"f.indexed_at FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
             (self.agent_id, self.gen if gen is None else gen),
         ).fetchall()
         self.conn.commit()
-        return {r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), chunks=int(r[5])) for r in rows}
+        return {
+            r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
+        }
 
     def replace_file(
         self,
         file: FileRow,
         chunks: Sequence[ChunkRow],
-        vecs: Sequence[ChunkVectors | None] | None,
+        vectors: Sequence[ChunkVectors | None] | None,
         gen: int | None = None,
     ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` (and their vectors: see the SQLite store's
         ``replace_file``; None for a chunk marks it pending) in one transaction. Returns the chunk ids."""
-        if vecs is not None and len(vecs) != len(chunks):
-            raise StoreError(f"{file.path}: vectors for {len(vecs)} chunks, but {len(chunks)} chunks")
+        if vectors is not None and len(vectors) != len(chunks):
+            raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
         s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
         with self.conn.transaction(), self.conn.cursor() as cur:
             self._delete_rows(cur, file.path, g)
@@ -201,25 +298,26 @@ class PgStore:
                         c.embed_hash,
                         c.heading or None,
                         c.text,
-                        vecs is not None and vecs[i] is None,
+                        vectors is not None and vectors[i] is None,
                     ),
                 )
                 ids.append(int(cur.fetchone()[0]))
             keyword.add_postings(cur, s, a, g, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
-            if vecs is not None:
+            if vectors is not None:
                 rows = [
                     (cid, digest, row)
-                    for cid, cv in zip(ids, vecs, strict=True)
+                    for cid, cv in zip(ids, vectors, strict=True)
                     if cv is not None
                     for digest, row in zip(cv[0], cv[1], strict=True)
                 ]
                 if rows:
-                    vectors.add_vectors(cur, s, a, g, rows)
+                    vector_sql.add_vectors(cur, s, a, g, rows)
             cur.execute(
-                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size) VALUES (%s, %s, %s, %s, %s, "
-                "%s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET source = EXCLUDED.source, hash = "
-                "EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size",
-                (a, g, file.path, file.source, file.hash, file.mtime, file.size),
+                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size, encoding_errors, indexed_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET "
+                "source = EXCLUDED.source, hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
+                "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
+                (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
             )
         return ids
 
@@ -241,115 +339,3 @@ class PgStore:
         keyword.remove_chunks(cur, self.schema, self.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
 
     # -- reading ----------------------------------------------------------------------------------
-    def chunk_count(self) -> int:
-        row = self.conn.execute(
-            f"SELECT chunks FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s", (self.agent_id, self.gen)
-        ).fetchone()
-        self.conn.commit()
-        return int(row[0]) if row else 0
-
-    def pending_count(self) -> int:
-        row = self.conn.execute(
-            f"SELECT count(*) FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND pending",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        self.conn.commit()
-        return int(row[0])
-
-    def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        rows = self.conn.execute(
-            f"SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM {self.schema}.chunks "
-            "WHERE agent_id = %s AND gen = %s AND id = ANY(%s)",
-            (self.agent_id, self.gen, list(ids)),
-        ).fetchall()
-        self.conn.commit()
-        return {int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0])) for r in rows}
-
-    def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
-        return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
-
-    def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
-        what the SQLite store's highlighted words tell the search."""
-        parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
-        terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
-            cur.execute(
-                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
-                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
-            )
-            held: dict[int, set[str]] = {}
-            for cid, term in cur.fetchall():
-                held.setdefault(int(cid), set()).add(str(term))
-        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
-        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
-
-    def term_frequency_at_least(self, word: str, limit: int) -> int:
-        """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
-        terms = keyword.query_terms([word])
-        if not terms:
-            return 0
-        version = self.conn.execute(
-            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        key = (self.gen, int(version[0]) if version else 0)
-        if self._df[0] != key:
-            self._df = (key, {})
-        known = self._df[1].get((word, limit))
-        if known is not None:
-            self.conn.commit()
-            return known
-        row = self.conn.execute(
-            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-            "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
-            (self.agent_id, self.gen, terms, len(terms), int(limit)),
-        ).fetchone()
-        self.conn.commit()
-        self._df[1][(word, limit)] = int(row[0])
-        return int(row[0])
-
-    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
-
-    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
-        more distinct needles, then more occurrences, first (negative scores)."""
-        if not needles:
-            return []
-        patterns = [f"%{like_escape(n)}%" for n in needles]
-        rows = self.conn.execute(
-            f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
-            "ORDER BY id LIMIT %s",
-            (self.agent_id, self.gen, patterns, int(k) * 8),
-        ).fetchall()
-        self.conn.commit()
-        return rank_needle_hits(rows, needles, k)
-
-    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
-        """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
-        if not chunk_ids:
-            return {}
-        rows = self.conn.execute(
-            f"SELECT chunk_id, max(1 - (embedding <=> %s::vector)) FROM {self.schema}.vectors "
-            "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s) GROUP BY chunk_id",
-            (vectors.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids)),
-        ).fetchall()
-        self.conn.commit()
-        return {int(r[0]): float(r[1]) for r in rows}
-
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
-                "WHERE agent_id = %s AND gen = %s",
-                (self.agent_id, self.gen),
-            )
-            per_chunk = float(cur.fetchone()[0] or 1.0)
-            return vectors.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)

@@ -1,0 +1,59 @@
+"""Which store holds an agent's index: ``memorySearch.store.backend`` (see ``mdmemory.storeconfig``).
+
+The one place that chooses between the SQLite store and the PostgreSQL one; everything above talks to the
+``IndexStore`` it returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from mdmemory.errors import ConfigError
+from mdmemory.storeconfig import URL_ENV, shown_url, url_problem
+
+if TYPE_CHECKING:
+    from mdmemory.config import AgentConfig
+    from mdmemory.store.api import IndexStore
+
+
+def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
+    """Open (creating and migrating as needed) the agent's index on its configured store, or on
+    ``backend`` (``sqlite`` or ``postgres``: the target of ``mdmemory store migrate``)."""
+    settings = agent.memory_search.store
+    if (backend or settings.backend) == "postgres":
+        from mdmemory.store.pg.store import PgStore
+
+        with contextlib.suppress(OSError):  # this host's state files of the agent go there (a read-only
+            agent.store_path.parent.mkdir(parents=True, exist_ok=True)  # folder: status computes them instead)
+        return PgStore(_url(agent), agent.id, settings.schema)
+    from mdmemory.store.index import Store
+
+    return Store(agent.store_path)
+
+
+def describe(agent: AgentConfig) -> dict[str, Any]:
+    """``{backend, store}``: where the index is, for status (a PostgreSQL URL without its password)."""
+    settings = agent.memory_search.store
+    if settings.backend == "postgres":
+        return {"backend": "postgres", "store": f"{shown_url(_url(agent))} (schema {settings.schema})"}
+    return {"backend": "sqlite", "store": str(agent.store_path)}
+
+
+def local_disk(agent: AgentConfig) -> bool:
+    """Whether the index lives on this machine's disk (its free space then matters to it)."""
+    return agent.memory_search.store.backend != "postgres"
+
+
+def _url(agent: AgentConfig) -> str:
+    """The agent's PostgreSQL URL; the configuration checked it for the postgres backend, a migration
+    target of an SQLite agent is checked here."""
+    url = agent.memory_search.store.url
+    problem = (
+        f"missing. Fix: set memorySearch.store.url to a postgresql:// URL, or set the {URL_ENV} environment variable."
+        if not url
+        else url_problem(url, "memorySearch.store.url or " + URL_ENV)
+    )
+    if problem is not None or not url:
+        raise ConfigError(f"memorySearch.store.url (agent {agent.id!r}): {problem}", key="memorySearch.store.url")
+    return url

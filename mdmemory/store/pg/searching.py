@@ -1,0 +1,102 @@
+"""Search on one agent's PostgreSQL index: what ``mdmemory.search`` asks of a store (``SearchStore``), over
+the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL live in ``keyword`` and
+``vectors``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from mdmemory.store.index import like_escape, rank_needle_hits
+from mdmemory.store.pg import keyword
+from mdmemory.store.pg import vectors as vector_sql
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class PgSearching:
+    """Needs ``conn``, ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies)."""
+
+    conn: Any
+    schema: str
+    agent_id: str
+    gen: int
+    _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
+
+    def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
+        return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
+
+    def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
+        """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
+        what the SQLite store's highlighted words tell the search."""
+        parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
+        terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
+            cur.execute(
+                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
+                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
+            )
+            held: dict[int, set[str]] = {}
+            for cid, term in cur.fetchall():
+                held.setdefault(int(cid), set()).add(str(term))
+        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
+        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
+
+    def term_frequency_at_least(self, word: str, limit: int) -> int:
+        """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
+        terms = keyword.query_terms([word])
+        if not terms:
+            return 0
+        version = self.conn.execute(
+            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
+            (self.agent_id, self.gen),
+        ).fetchone()
+        key = (self.gen, int(version[0]) if version else 0)
+        if self._df[0] != key:
+            self._df = (key, {})
+        known = self._df[1].get((word, limit))
+        if known is not None:
+            self.conn.commit()
+            return known
+        row = self.conn.execute(
+            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+            "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
+            (self.agent_id, self.gen, terms, len(terms), int(limit)),
+        ).fetchone()
+        self.conn.commit()
+        self._df[1][(word, limit)] = int(row[0])
+        return int(row[0])
+
+    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
+
+    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
+        more distinct needles, then more occurrences, first (negative scores)."""
+        if not needles:
+            return []
+        patterns = [f"%{like_escape(n)}%" for n in needles]
+        rows = self.conn.execute(
+            f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
+            "ORDER BY id LIMIT %s",
+            (self.agent_id, self.gen, patterns, int(k) * 8),
+        ).fetchall()
+        self.conn.commit()
+        return rank_needle_hits(rows, needles, k)
+
+    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
+                "WHERE agent_id = %s AND gen = %s",
+                (self.agent_id, self.gen),
+            )
+            per_chunk = float(cur.fetchone()[0] or 1.0)
+            return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)

@@ -1,0 +1,89 @@
+"""``memorySearch.store``: which store holds an agent's index, and where.
+
+- ``backend: "sqlite"`` (the default): one SQLite file per agent at ``path``.
+- ``backend: "postgres"``: every agent in one PostgreSQL + pgvector database, ``url`` (or the
+  ``MDMEMORY_PG_URL`` environment variable when ``url`` is null), tables in ``schema`` (default
+  ``mdmemory``). ``path`` then only names where this host keeps the agent's local state files (the
+  health, watcher, worker and circuit-breaker files beside it).
+
+The URL may hold a password: it is never shown, not in a message, a status or a ``repr`` (``shown_url``
+replaces it by ``***``). Imports nothing of mdmemory's but the error types, so ``config`` can use it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from mdmemory.errors import ConfigError
+
+DEFAULT_STORE_PATH = "{home}/state/memory/{agentId}.sqlite"
+DEFAULT_SCHEMA = "mdmemory"
+URL_ENV = "MDMEMORY_PG_URL"
+
+StoreBackend = Literal["sqlite", "postgres"]
+
+_SCHEMES = ("postgresql://", "postgres://")
+_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^/?#@]*(?P<at>@)")
+_PASSWORD_PARAM = re.compile(r"(?i)(?P<head>[?&]password=)[^&#]*")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    path: str = DEFAULT_STORE_PATH
+    backend: StoreBackend = "sqlite"
+    url: str | None = field(default=None, repr=False)  # a secret: it may hold the password
+    schema: str = DEFAULT_SCHEMA
+
+
+def shown_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: what messages and status may print."""
+    return _PASSWORD_PARAM.sub(r"\g<head>***", _PASSWORD.sub(r"\g<head>***\g<at>", url))
+
+
+def resolve_store(store: StoreConfig, key: str, env: Mapping[str, str], source: str | None) -> StoreConfig:
+    """Check the keys that depend on each other and fill ``url`` from ``MDMEMORY_PG_URL``.
+
+    ``key`` is the dotted path of the ``store`` object that set them (for messages). Raises ``ConfigError``
+    naming the key and the fix; the URL's password is never part of it.
+    """
+
+    def bad(name: str, message: str) -> ConfigError:
+        return ConfigError(f"{key}.{name}: {message}", key=f"{key}.{name}", source=source)
+
+    if not _SCHEMA_NAME.match(store.schema):
+        raise bad(
+            "schema",
+            f"expected a plain PostgreSQL name, got {store.schema!r}. Fix: use lower-case letters, digits and _ "
+            f'(at most 63, not starting with a digit), or remove it to use the default ("{DEFAULT_SCHEMA}").',
+        )
+    url = store.url or env.get(URL_ENV) or None
+    if store.backend != "postgres":  # the URL is kept for `mdmemory store migrate --to postgres`
+        return replace(store, url=url)
+    if url is None:
+        raise bad(
+            "url",
+            'missing: store.backend is "postgres" but no database is named. Fix: set store.url to a '
+            f"postgresql://user@host:5432/dbname URL, or set the {URL_ENV} environment variable.",
+        )
+    problem = url_problem(url, "store.url" if store.url else URL_ENV)
+    if problem is not None:
+        raise bad("url", problem)
+    return replace(store, url=url)
+
+
+def url_problem(url: str, origin: str) -> str | None:
+    """What is wrong with a PostgreSQL URL, with the fix (None when it looks right); never its password."""
+    if url.startswith(_SCHEMES):
+        return None
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]{0,20})://", url)
+    got = (
+        f"a {scheme.group(1)}:// URL" if scheme else "a value that is not a URL"
+    )  # never the value: it may hold a password
+    return (
+        f"expected a postgresql:// URL (from {origin}), got {got}. Fix: write it as "
+        "postgresql://user:password@host:5432/dbname (the password is never printed)."
+    )
