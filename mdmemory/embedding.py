@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mdmemory.chunker import Chunk
@@ -22,11 +23,13 @@ from mdmemory.store.api import IndexStore
 from mdmemory.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     import numpy as np
 
 EMBED_BATCH_INPUTS = 256  # inputs embedded and written per phase-2 transaction (at least one chunk each)
 PENDING_PAGE = 256  # pending chunks read per query
-Inputs = list[tuple[str, str]]  # (sha256 of the input, input text) for one chunk: the whole chunk, then windows
+Inputs = list[tuple[str, str]]  # (sha256 of the input, input text) for one chunk: its windows, or the whole chunk
 
 
 def sha256(text: str) -> str:
@@ -102,6 +105,17 @@ def embedding_windows(
     return windows if len(windows) > 1 else []
 
 
+@dataclass
+class _Job:
+    """One phase-2 batch: its chunks and inputs, the vectors known, the inputs still to embed, the embedding."""
+
+    batch: list[tuple[ChunkRow, Inputs]]
+    texts: dict[str, str]
+    known: dict[str, np.ndarray]
+    todo: list[str]
+    future: Future[np.ndarray] | None = None
+
+
 class Counts(Protocol):
     """Where the work is counted (``SyncReport``)."""
 
@@ -162,13 +176,40 @@ class ChunkEmbedder:
     def embed_pending(self, counts: Counts, should_stop: Callable[[], bool] | None = None) -> str | None:
         """Embed every pending chunk, one transaction per batch. Returns the provider's error, if one stopped it.
 
-        Raises ``SyncCancelled`` between batches when ``should_stop`` says so.
+        Pipelined: while the provider embeds one batch (on another thread), this thread prepares the next
+        (windows, cache look-ups) and writes the one before, so indexing costs the embedding time and little
+        more. Raises ``SyncCancelled`` between batches when ``should_stop`` says so, after writing the batch
+        already embedded.
         """
+        import contextvars
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(1, thread_name_prefix="mdmemory-embed") as pool:
+            running: _Job | None = None
+            for batch, seen in self._pending_batches():
+                if should_stop is not None and should_stop():
+                    error = self._finish(running, counts)
+                    if error is not None:
+                        return error
+                    raise SyncCancelled(
+                        f"embedding for {self.store.path} stopped; the rest stays pending for the next sync"
+                    )
+                job = self._start(batch, seen, counts)
+                if job.todo:  # the deadline of the caller's context (a search's budget) goes with the call
+                    texts = [job.texts[h] for h in job.todo]
+                    job.future = pool.submit(contextvars.copy_context().run, self.provider.embed_documents, texts)
+                error = self._finish(running, counts)
+                if error is not None:
+                    if job.future is not None:
+                        job.future.exception()  # let it end: the provider is not left running after we return
+                    return error
+                running = job
+            return self._finish(running, counts)
+
+    def _pending_batches(self) -> Iterator[tuple[list[tuple[ChunkRow, Inputs]], dict[str, np.ndarray]]]:
+        """Pending chunks in batches of about ``EMBED_BATCH_INPUTS`` inputs, with the vectors phase 1 knew."""
         after = 0
-        while True:
-            page = self.store.pending_chunks(PENDING_PAGE, after)
-            if not page:
-                return None
+        while page := self.store.pending_chunks(PENDING_PAGE, after):
             after = page[-1].id or after
             batch: list[tuple[ChunkRow, Inputs]] = []
             seen: dict[str, np.ndarray] = {}
@@ -183,41 +224,40 @@ class ChunkEmbedder:
                 batch.append((chunk, group))
                 size += len(group)
                 if size >= EMBED_BATCH_INPUTS:
-                    if (error := self._embed_batch(batch, seen, counts, should_stop)) is not None:
-                        return error
+                    yield batch, seen
                     batch, seen, size = [], {}, 0
-            if batch and (error := self._embed_batch(batch, seen, counts, should_stop)) is not None:
-                return error
+            if batch:
+                yield batch, seen
 
-    def _embed_batch(
-        self,
-        batch: list[tuple[ChunkRow, Inputs]],
-        seen: dict[str, np.ndarray],
-        counts: Counts,
-        should_stop: Callable[[], bool] | None,
-    ) -> str | None:
-        if should_stop is not None and should_stop():
-            raise SyncCancelled(f"embedding for {self.store.path} stopped; the rest stays pending for the next sync")
+    def _start(self, batch: list[tuple[ChunkRow, Inputs]], seen: dict[str, np.ndarray], counts: Counts) -> _Job:
+        """A batch's inputs, the vectors already known (phase 1, the cache, the index) and what is left."""
         texts = dict(pair for _, group in batch for pair in group)
         known = dict(seen)
         known.update(self._lookup([h for h in texts if h not in known]))
         todo = [h for h in texts if h not in known]
         counts.from_cache += len(texts) - len(todo)
-        if todo:
-            p = self.provider
+        return _Job(batch, texts, known, todo)
+
+    def _finish(self, job: _Job | None, counts: Counts) -> str | None:
+        """Wait for a batch's embeddings and write its vectors in one transaction; the provider's error, if any."""
+        if job is None:
+            return None
+        known = job.known
+        if job.future is not None:
             try:
-                fresh = p.embed_documents([texts[h] for h in todo])
+                fresh = job.future.result()
             except ProviderError as exc:
                 return str(exc)
-            new = dict(zip(todo, fresh, strict=True))
+            p = self.provider
+            new = dict(zip(job.todo, fresh, strict=True))
             known.update(new)
-            counts.embedded += len(todo)
+            counts.embedded += len(job.todo)
             if self.settings.cache.enabled:
                 self.store.cache_put(p.id, p.model, p.provider_key, new)
         import numpy as np
 
         items = []
-        for chunk, group in batch:
+        for chunk, group in job.batch:
             keys = [h for h, _ in group]
             items.append((chunk, (keys, np.stack([known[h] for h in keys]))))
         self.store.add_vectors(items)

@@ -223,3 +223,74 @@ def test_stemmed_keywords_match_other_word_forms(workspace: Path, make_memory: C
     mem.sync()
     assert mem.search("vacation")["results"][0]["path"] == "memory/2026-02-02.md"
     assert mem.search("visiting")["results"][0]["path"] == "memory/2026-02-02.md"
+
+
+def test_phase_two_writes_a_batch_while_the_next_is_embedded_and_an_outage_keeps_what_was_written(
+    workspace: Path, make_memory: Callable[..., Memory], monkeypatch
+) -> None:
+    """Pipelined embedding: batch k's vectors are written while batch k+1 is embedded on another thread. A
+    provider failing mid-way stops it cleanly: the batches before are written, the rest stays pending, and
+    no embedding is left running when the sync returns."""
+    import threading
+    import time
+
+    import pytest
+
+    import mdmemory.embedding as embedding
+    from mdmemory.errors import EmbeddingsPending, ProviderError
+    from mdmemory.providers.factory import ProviderChoice
+    from mdmemory.providers.hashing import HashEmbeddingProvider
+
+    class Slow(HashEmbeddingProvider):
+        def __init__(self, fail_on: int | None = None) -> None:
+            super().__init__(dims=64)
+            self.fail_on, self.spans, self.active = fail_on, [], 0
+
+        def embed_batch(self, texts):
+            self.active += 1
+            started = time.monotonic()
+            try:
+                time.sleep(0.05)
+                if self.fail_on is not None and len(self.spans) + 1 >= self.fail_on:
+                    raise ProviderError("simulated outage")
+                return super().embed_batch(texts)
+            finally:
+                self.spans.append((started, time.monotonic(), threading.get_ident()))
+                self.active -= 1
+
+    monkeypatch.setattr(embedding, "EMBED_BATCH_INPUTS", 3)
+    for day in range(1, 9):
+        write(workspace / "memory" / f"2026-03-{day:02d}.md", f"# Day {day}\n\nNote {day}: the heron came back.\n")
+    mem = make_memory(memory_search={"cache": {"enabled": False}})
+    slow = Slow()
+    mem._choice = ProviderChoice(slow, "hash")
+    writes: list[float] = []
+
+    def record_writes(store) -> None:
+        add_vectors = store.add_vectors
+
+        def recorded(items):
+            writes.append(time.monotonic())
+            return add_vectors(items)
+
+        monkeypatch.setattr(store, "add_vectors", recorded)
+
+    record_writes(mem.store)
+    report = mem.sync()
+    assert report["embedError"] is None and report["pending"] == 0 and len(slow.spans) >= 3
+    assert all(t != threading.get_ident() for _, _, t in slow.spans)  # embedded off the syncing thread
+    assert any(s < w < e for w in writes for s, e, _ in slow.spans)  # a write while the next batch embedded
+
+    for day in range(1, 9):
+        write(workspace / "memory" / f"2026-03-{day:02d}.md", f"# Day {day}\n\nNote {day}: the otter left.\n")
+    mem.close()
+    mem = make_memory(memory_search={"cache": {"enabled": False}})
+    failing = Slow(fail_on=3)
+    mem._choice = ProviderChoice(failing, "hash")
+    writes.clear()
+    record_writes(mem.store)
+    with pytest.raises(EmbeddingsPending, match="simulated outage") as stopped:
+        mem.sync()
+    assert failing.active == 0  # nothing still embedding behind our back
+    assert len(writes) == 2 and 0 < stopped.value.pending < 8  # the two batches before the outage are written
+    assert mem.store.pending_count() == stopped.value.pending
