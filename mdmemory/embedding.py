@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from mdmemory.chunker import Chunk
@@ -114,6 +114,8 @@ class _Job:
     known: dict[str, np.ndarray]
     todo: list[str]
     future: Future[np.ndarray] | None = None
+    borrowed: list[str] = field(default_factory=list)  # inputs the batch before embeds for this one too
+    lender: _Job | None = None
 
 
 class Counts(Protocol):
@@ -194,7 +196,7 @@ class ChunkEmbedder:
                     raise SyncCancelled(
                         f"embedding for {self.store.path} stopped; the rest stays pending for the next sync"
                     )
-                job = self._start(batch, seen, counts)
+                job = self._start(batch, seen, counts, running)
                 if job.todo:  # the deadline of the caller's context (a search's budget) goes with the call
                     texts = [job.texts[h] for h in job.todo]
                     job.future = pool.submit(contextvars.copy_context().run, self.provider.embed_documents, texts)
@@ -229,20 +231,28 @@ class ChunkEmbedder:
             if batch:
                 yield batch, seen
 
-    def _start(self, batch: list[tuple[ChunkRow, Inputs]], seen: dict[str, np.ndarray], counts: Counts) -> _Job:
-        """A batch's inputs, the vectors already known (phase 1, the cache, the index) and what is left."""
+    def _start(
+        self, batch: list[tuple[ChunkRow, Inputs]], seen: dict[str, np.ndarray], counts: Counts, running: _Job | None
+    ) -> _Job:
+        """A batch's inputs, the vectors already known (phase 1, the cache, the index) and what is left; an
+        input the running batch is embedding is taken from it when it ends, not embedded twice."""
         texts = dict(pair for _, group in batch for pair in group)
         known = dict(seen)
         known.update(self._lookup([h for h in texts if h not in known]))
-        todo = [h for h in texts if h not in known]
-        counts.from_cache += len(texts) - len(todo)
-        return _Job(batch, texts, known, todo)
+        in_flight = set(running.todo) if running is not None else set()
+        borrowed = [h for h in texts if h not in known and h in in_flight]
+        todo = [h for h in texts if h not in known and h not in in_flight]
+        counts.from_cache += len(texts) - len(todo)  # borrowed ones too: reused, not embedded again
+        return _Job(batch, texts, known, todo, borrowed=borrowed, lender=running)
 
     def _finish(self, job: _Job | None, counts: Counts) -> str | None:
         """Wait for a batch's embeddings and write its vectors in one transaction; the provider's error, if any."""
         if job is None:
             return None
         known = job.known
+        if job.lender is not None:  # finished (and written) before this one: its vectors are known
+            known.update({h: job.lender.known[h] for h in job.borrowed})
+            job.lender = None
         if job.future is not None:
             try:
                 fresh = job.future.result()
