@@ -7,7 +7,8 @@ The json5 package parses in Python: 2.5 ms for a 150-byte file and ~85 ms for ``
   refused as json5 refuses them (such text goes on to json5, which reports them in its own words);
 - other text (comments, trailing commas, unquoted keys...) is parsed by json5 and the result kept as plain
   JSON in ``cache_dir``, one file per config path holding the SHA-256 of the text it came from, so the
-  next command with the same text reads that instead. A cache file that is missing, unreadable or for
+  next command with the same text reads that instead. The file is owner-only (0600, in a 0700 folder):
+  a config may hold an API key, and its copy must not be readable by more users than the config. A cache file that is missing, unreadable or for
   other text is ignored (and replaced); one that cannot be written is skipped.
 
 Whatever json5 would reject is parsed by json5, so errors are json5's own (``ValueError``); so is text
@@ -60,9 +61,12 @@ def loads(text: str, source: str | os.PathLike[str], cache_dir: Path | None) -> 
     value = _json5(text)
     if cache is not None:
         with contextlib.suppress(OSError, ValueError):
-            cache.parent.mkdir(parents=True, exist_ok=True)
+            cache.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"format": FORMAT, "sha256": digest, "value": value}), encoding="utf-8")
+            # owner-only, as a config holding an API key should be: the copy must not widen who can read it
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(json.dumps({"format": FORMAT, "sha256": digest, "value": value}))
             os.replace(tmp, cache)
     return value
 

@@ -73,3 +73,20 @@ def test_json5_text_is_parsed_once_per_content(tmp_path: Path) -> None:
     read_only = tmp_path / "ro"
     read_only.mkdir(mode=0o500)
     assert json5read.loads(text, source, read_only / "cache") == {"agents": {}}  # cannot write it: fine
+
+
+def test_the_cached_copy_of_a_config_is_owner_only(tmp_path: Path) -> None:
+    """A config may hold an API key: its parsed copy is readable by its owner only, whatever the umask."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        cache = tmp_path / "home" / "cache" / "config"
+        text = '// keys\n{ memorySearch: { remote: { apiKey: "sk-test-0123456789abcdef" } } }'
+        json5read.loads(text, tmp_path / "config.json5", cache)
+    finally:
+        os.umask(old)
+    [kept] = cache.iterdir()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
