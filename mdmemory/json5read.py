@@ -8,8 +8,9 @@ The json5 package parses in Python: 2.5 ms for a 150-byte file and ~85 ms for ``
 - other text (comments, trailing commas, unquoted keys...) is parsed by json5 and the result kept as plain
   JSON in ``cache_dir``, one file per config path holding the SHA-256 of the text it came from, so the
   next command with the same text reads that instead. The file is owner-only (0600, in a 0700 folder):
-  a config may hold an API key, and its copy must not be readable by more users than the config. A cache file that is missing, unreadable or for
-  other text is ignored (and replaced); one that cannot be written is skipped.
+  a config may hold an API key, and its copy must not be readable by more users than the config. A
+  cache file that is missing, unreadable or for other text is ignored (and replaced); one that cannot be
+  written is skipped.
 
 Whatever json5 would reject is parsed by json5, so errors are json5's own (``ValueError``); so is text
 with an escaped surrogate (``\\ud83d``), which json5 reads differently from json.
