@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mdmemory.config import load_config  # noqa: E402
 from mdmemory.indexer import embedding_inputs  # noqa: E402
 from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.providers.local import LocalEmbeddingProvider  # noqa: E402
+from mdmemory.providers.local import LocalEmbeddingProvider, decode_groups  # noqa: E402
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent.parent / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 SUBJECTS = "Dana Mika the team our landlord the vet my sister Priya the client Tomás".split(" ")
@@ -65,18 +65,8 @@ def write_workspace(root: Path, chunks: int, seed: int = 3) -> None:
 def shared_decodes(llm: Any, texts: list[str], limit: int = 512) -> list[list[str]]:
     """The batched baseline: consecutive short inputs (<= SHARED_DECODE_TOKENS) in one decode while they
     fit ``limit`` tokens, as llama.cpp allows and as the local provider does; a long input alone."""
-    groups: list[list[str]] = []
-    used = 0
-    for text in texts:
-        n = len(llm.tokenize(text.encode("utf-8")))
-        shared = n <= LocalEmbeddingProvider.SHARED_DECODE_TOKENS
-        if groups and shared and used and used + n <= limit:
-            groups[-1].append(text)
-            used += n
-        else:
-            groups.append([text])
-            used = n if shared else 0
-    return groups
+    sized = [(text, len(llm.tokenize(text.encode("utf-8")))) for text in texts]
+    return decode_groups(sized, limit, LocalEmbeddingProvider.SHARED_DECODE_TOKENS)
 
 
 def raw_embed(model: Path, texts: list[str], threads: int) -> float:

@@ -130,6 +130,22 @@ _GGUF_SCALAR = {
 }
 
 
+def decode_groups(sized: Sequence[tuple[str, int]], limit: int, shared_max: int) -> list[list[str]]:
+    """Texts (with their token counts, in order) grouped for llama.cpp decodes: consecutive inputs of at most
+    ``shared_max`` tokens share a decode while their tokens fit ``limit``; a longer input is decoded alone."""
+    groups: list[list[str]] = []
+    used = 0
+    for text, n in sized:
+        shared = n <= shared_max
+        if groups and shared and used and used + n <= limit:
+            groups[-1].append(text)
+            used += n
+        else:
+            groups.append([text])
+            used = n if shared else 0
+    return groups
+
+
 def read_gguf_header(path: Path) -> dict[str, Any]:
     """Scalar and string metadata of a GGUF file, up to the tokenizer arrays (cheap; no tensors read).
 
@@ -315,21 +331,14 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         ``SHARED_DECODE_TOKENS`` each: a chunk's ~64-token windows) packed into one decode while their tokens
         fit the context; a longer input is decoded alone (attention over one long batch costs more than
         it saves)."""
-        groups: list[list[str]] = []
-        used = 0
+        sized: list[tuple[str, int]] = []
         for text in texts:
             n = self.count_tokens(text)
             if n > self.max_input_tokens:
                 text = self.truncate(text)
                 n = self.count_tokens(text)
-            shared = n <= self.SHARED_DECODE_TOKENS
-            if groups and shared and used and used + n <= self.max_input_tokens:
-                groups[-1].append(text)
-                used += n
-            else:
-                groups.append([text])
-                used = n if shared else 0
-        return groups
+            sized.append((text, n))
+        return decode_groups(sized, self.max_input_tokens, self.SHARED_DECODE_TOKENS)
 
     def _run_query(self, work: Callable[[], np.ndarray]) -> Future[np.ndarray]:
         return self._runner.submit(lambda: self._on_query_threads(work))
