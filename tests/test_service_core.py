@@ -76,6 +76,7 @@ def test_block_text_cannot_forge_a_boundary() -> None:
 
 
 def _log(tmp_path: Path) -> SessionLog:
+    (tmp_path / "ws").mkdir(exist_ok=True)  # a retain never creates a missing workspace
     cfg = tmp_path / "c.json5"
     cfg.write_text(json.dumps({"agents": {"list": [{"id": "a1", "workspace": str(tmp_path / "ws")}]}}))
     return SessionLog(load_config(cfg).agent("a1"))

@@ -17,6 +17,7 @@ CLIENTS, PER_CLIENT = 8, 60
 
 def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
+    ws.mkdir()
     cfg = write_config(tmp_path / "config.json", {"main": ws})
     svc = Service(cfg, tmp_path / "home", "tok-8d1e2f", tmp_path / "serve.log")
     svc.start()

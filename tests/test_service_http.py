@@ -34,6 +34,7 @@ def service(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Service]:
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe staging database is Postgres 16 on port 5433.\n")
     store = {"store": store_backend} if store_backend else None
+    (tmp_path / "ws-ops").mkdir()  # an agent with an empty workspace
     cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store)
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
@@ -172,6 +173,19 @@ def test_status_and_no_secret_in_logs(service: Service) -> None:
         "ms",
     } <= set(ops[0])
     assert OPENAI_KEY not in log and TOKEN not in log
+
+
+def test_a_retain_into_a_missing_workspace_fails_and_creates_nothing(service: Service, tmp_path: Path) -> None:
+    """An unmounted volume or a renamed folder: the retain answers 503 naming the workspace and the fix, and
+    no folder is created in its place (what it held would be hidden once the volume is mounted again)."""
+    ws = tmp_path / "ws"
+    ws.rename(tmp_path / "ws-away")
+    reply = service.call("POST", "/retain", retain_body("main", openai_entry("q", "a", id="hist1_away")))
+    assert reply.status == 503 and str(ws) in reply.body["error"] and "Fix:" in reply.body["error"]
+    assert not ws.exists()
+    (tmp_path / "ws-away").rename(ws)
+    reply = service.call("POST", "/retain", retain_body("main", openai_entry("q", "a", id="hist1_away")))
+    assert reply.status == 202 and reply.body["status"] == "retained"  # the workspace back: retained
 
 
 def test_refuses_a_public_address_without_token(tmp_path: Path) -> None:

@@ -55,7 +55,8 @@ def test_a_retain_on_one_replica_is_recalled_by_the_other_and_a_forget_is_honour
 ) -> None:
     a, b, ws = replicas
     question = "where does the nightly backup of the walrus cluster go?"
-    entry = openai_entry(question, "The walrus cluster backup goes to bucket s3://walrus-nightly at 03:00.", id="hist1_w1")
+    answer = "The walrus cluster backup goes to bucket s3://walrus-nightly at 03:00."
+    entry = openai_entry(question, answer, id="hist1_w1")
     assert a.call("POST", "/retain", retain_body("main", entry)).body == {"status": "retained", "id": "hist1_w1"}
     assert eventually(lambda: "walrus-nightly" in texts(b, question))  # B answers from the shared store
     assert "walrus-nightly" in texts(a, question)

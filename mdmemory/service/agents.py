@@ -142,7 +142,8 @@ class Agents:
 
     def _open(self, agent: AgentConfig) -> Agent:
         agent = with_sessions(agent)
-        (Path(agent.workspace) / SESSIONS_DIR).mkdir(parents=True, exist_ok=True)
+        if Path(agent.workspace).is_dir():  # a missing workspace is never created (an unmounted volume)
+            (Path(agent.workspace) / SESSIONS_DIR).mkdir(exist_ok=True)
         key = _provider_key(agent)
         memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
         memory.catch_up_interval = CATCH_UP_SECONDS

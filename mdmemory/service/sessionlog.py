@@ -30,7 +30,7 @@ from filelock import FileLock, Timeout
 
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
-from mdmemory.errors import LockError
+from mdmemory.errors import LockError, WorkspaceError
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
 from mdmemory.service.canonical import entry_id
@@ -164,7 +164,14 @@ class SessionLog:
         """Hold this object's thread lock and the folder's file lock for the block, the folder's ids and
         tombstones (re)loaded first."""
         with self._lock:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            workspace = self.dir.parent
+            if not workspace.is_dir():  # never create it: an unmounted volume would hide what we wrote
+                raise WorkspaceError(
+                    f"workspace {workspace} does not exist or is not a folder (an unmounted volume, a moved or "
+                    "renamed folder?): nothing was retained or forgotten. Fix: mount or create it, or point the "
+                    "agent's `workspace` at the right one"
+                )
+            self.dir.mkdir(exist_ok=True)
             lock = FileLock(str(self.dir / LOCK_NAME))
             try:
                 lock.acquire(timeout=LOCK_TIMEOUT_SECONDS)
