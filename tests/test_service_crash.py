@@ -42,11 +42,14 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
                 started.set()
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    assert started.wait(30)
-    time.sleep(0.5)
-    assert svc.stop(signal.SIGKILL) == -signal.SIGKILL
+    try:
+        for t in threads:
+            t.start()
+        assert started.wait(30)
+        time.sleep(0.5)
+    finally:  # the kill, and never a server left running when the storm did not start
+        killed = svc.stop(signal.SIGKILL)
+    assert killed == -signal.SIGKILL
     for t in threads:
         t.join(30)
     assert 0 < len(acked) < CLIENTS * PER_CLIENT  # the kill landed in the middle of the storm
