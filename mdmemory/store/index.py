@@ -214,9 +214,13 @@ class Store(SqliteLifecycle):
             self._matrix = None
             raise
 
+    def _version(self) -> tuple[int, int]:
+        """Changes whenever this or another connection commits a change to the index."""
+        return (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
+
     def _memoised(self, name: str, compute: Any) -> Any:
         """Cache a value until this or another connection commits a change."""
-        key = (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
+        key = self._version()
         hit = self._memo.get(name)
         if hit is not None and hit[0] == key:
             return hit[1]
@@ -459,7 +463,7 @@ class Store(SqliteLifecycle):
         if dims is None or self._knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
             self._matrix = None
             return None
-        key = (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
+        key = self._version()
         if self._matrix is None or self._matrix.dims != int(dims):
             self._matrix, self._matrix_key = matrix.VectorMatrix(int(dims)), None
         if self._matrix_key != key:
