@@ -86,12 +86,7 @@ def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(CONNECT_SECONDS)
-        address, fd = ipc.short_address(link)
-        try:
-            sock.connect(address)
-        finally:
-            if fd is not None:
-                os.close(fd)
+        ipc.on_path(sock.connect, link)
         if not _ours(sock, home):
             return None  # someone else's socket: never trust its answers
         fingerprint = ipc.fingerprint(source, env)

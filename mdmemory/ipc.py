@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.configpath import absolute
@@ -100,6 +100,17 @@ def short_address(path: str) -> tuple[str, int | None]:
     folder, name = os.path.split(path)
     fd = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY)  # /proc exists on Linux only
     return f"/proc/self/fd/{fd}/{name}", fd
+
+
+def on_path(call: Callable[[str], object], path: str) -> None:
+    """``call(address)`` (a socket's ``connect`` or ``bind``) with an address for ``path`` that fits
+    ``sun_path`` (``short_address``), the folder descriptor closed afterwards."""
+    address, fd = short_address(path)
+    try:
+        call(address)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def peer_uid(sock: socket.socket) -> int | None:

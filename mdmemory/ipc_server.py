@@ -163,13 +163,8 @@ class IpcServer:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         bound = False
         try:
-            address, fd = ipc.short_address(path)
-            try:
-                listener.bind(address)
-                bound = True
-            finally:
-                if fd is not None:
-                    os.close(fd)
+            ipc.on_path(listener.bind, path)
+            bound = True
             os.chmod(path, 0o600)  # before listen(): no connection is accepted until then
             listener.listen(16)
             listener.setblocking(False)
@@ -330,12 +325,7 @@ def _answers(path: str) -> bool:
     """Whether a live process accepts on the socket ``path`` (a stale file refuses at once)."""
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        address, fd = ipc.short_address(path)
-        try:
-            probe.connect(address)
-        finally:
-            if fd is not None:
-                os.close(fd)
+        ipc.on_path(probe.connect, path)
     except OSError:
         return False
     else:
