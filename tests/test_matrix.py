@@ -34,6 +34,13 @@ def exact(path: Path, q: np.ndarray, k: int) -> list[tuple[int, float]]:
         return got
 
 
+def held(store: Store, rng: np.random.Generator, dims: int) -> None:
+    """Search twice (the first KNN of a connection never loads the matrix): the vectors are then in memory."""
+    for _ in range(2):
+        store.knn(unit(rng, 1, dims)[0], 3)
+    assert store._matrix is not None
+
+
 def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> None:
     assert [cid for cid, _ in a] == [cid for cid, _ in b]
     assert [d for _, d in a] == pytest.approx([d for _, d in b], abs=1e-5)
@@ -87,8 +94,7 @@ def test_mostly_deleted_rows_are_compacted_away(tmp_path: Path) -> None:
     with Store(path) as s:
         write(s, "memory/a.md", unit(rng, 300, 8))
         write(s, "memory/b.md", unit(rng, 40, 8))
-        s.knn(unit(rng, 1, 8)[0], 3)
-        s.knn(unit(rng, 1, 8)[0], 3)
+        held(s, rng, 8)
         s.delete_file("memory/a.md")
         q = unit(rng, 1, 8)[0]
         same(s.knn(q, 10), exact(path, q, 10))
@@ -101,9 +107,7 @@ def test_an_index_over_the_size_bound_stays_on_sqlite_vec(tmp_path: Path, monkey
     path = tmp_path / "a.sqlite"
     with Store(path) as s:
         write(s, "memory/a.md", unit(rng, 99, 16))
-        s.knn(unit(rng, 1, 16)[0], 3)
-        s.knn(unit(rng, 1, 16)[0], 3)
-        assert s._matrix is not None
+        held(s, rng, 16)
         write(s, "memory/b.md", unit(rng, 1, 16))  # 100 vectors: over the bound, the memory is let go
         q = unit(rng, 1, 16)[0]
         same(s.knn(q, 10), exact(path, q, 10))
@@ -115,8 +119,6 @@ def test_a_rebuild_swapped_in_drops_the_old_generations_vectors(tmp_path: Path) 
     path = tmp_path / "a.sqlite"
     with Store(path) as s:
         write(s, "memory/a.md", unit(rng, 50, 8))
-        s.knn(unit(rng, 1, 8)[0], 3)
-        s.knn(unit(rng, 1, 8)[0], 3)
-        assert s._matrix is not None
+        held(s, rng, 8)
         s.reopen()  # what refresh() does when a rebuild swapped another file in
         assert s._matrix is None
