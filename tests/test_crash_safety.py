@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from mdmemory.config import load_config
 from mdmemory.memory import Memory
@@ -48,10 +49,31 @@ def mutate(ws: Path, rng: random.Random) -> None:
                     fh.write("\nappended " + " ".join(rng.choice(WORDS) for _ in range(8)) + "\n")
 
 
-def write_config(path: Path, ws: Path, tokens: int) -> Path:
-    ms = {"provider": "hash", "chunking": {"tokens": tokens, "overlap": tokens // 5}, "sync": {"onSearch": False}}
+def write_config(path: Path, ws: Path, tokens: int, store: dict[str, Any] | None = None) -> Path:
+    ms: dict[str, Any] = {
+        "provider": "hash",
+        "chunking": {"tokens": tokens, "overlap": tokens // 5},
+        "sync": {"onSearch": False},
+    }
+    if store is not None:
+        ms["store"] = store
     path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": ms}}}))
     return path
+
+
+def seed_and_index(
+    ws: Path, tmp_path: Path, rng: random.Random, store: dict[str, Any] | None = None
+) -> tuple[Path, list[str], dict[str, str], float]:
+    """40 random notes indexed once by a real ``mdmemory index`` process: the config, the command, its
+    environment and how long the full index took (what the kill tests time their kills against)."""
+    for i in range(40):
+        write(ws / "memory" / f"{i:03d}.md", note(rng, rng.randint(1, 6)))
+    config = write_config(tmp_path / "cfg.json5", ws, 200, store)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    cmd = [sys.executable, "-m", "mdmemory", "index", "--config", str(config), "--json"]
+    t0 = time.monotonic()
+    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
+    return config, cmd, env, time.monotonic() - t0
 
 
 def check_invariants(store_path: Path) -> None:
@@ -92,14 +114,7 @@ def snapshot(store_path: Path) -> set[tuple[str, int, int, str]]:
 
 def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> None:
     rng = random.Random(20261121)
-    for i in range(40):
-        write(workspace / "memory" / f"{i:03d}.md", note(rng, rng.randint(1, 6)))
-    config = write_config(tmp_path / "cfg.json5", workspace, 200)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "mdmemory", "index", "--config", str(config), "--json"]
-    t0 = time.monotonic()
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
-    full = time.monotonic() - t0
+    config, cmd, env, full = seed_and_index(workspace, tmp_path, rng)
     agent = load_config(config).agent()
     killed_midway = 0
     round_no = 0

@@ -4,11 +4,9 @@ half-visible, searches keep answering, and the next writer converges on the file
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,21 +17,9 @@ from mdmemory.config import load_config
 from mdmemory.memory import Memory
 from mdmemory.store.api import IndexStore
 from mdmemory.store.pg.store import PgStore
-from tests.conftest import REPO, write
-from tests.test_crash_safety import mutate, note
+from tests.test_crash_safety import mutate, seed_and_index, write_config
 
 KILLS = 12  # kills that landed while the process ran
-
-
-def write_config(path: Path, ws: Path, tokens: int, store: dict[str, Any]) -> Path:
-    ms = {
-        "provider": "hash",
-        "chunking": {"tokens": tokens, "overlap": tokens // 5},
-        "sync": {"onSearch": False},
-        "store": store,
-    }
-    path.write_text(json.dumps({"agents": {"defaults": {"workspace": str(ws), "memorySearch": ms}}}))
-    return path
 
 
 def check_invariants(store: PgStore) -> None:
@@ -67,14 +53,7 @@ def test_kill_9_of_index_mid_sync_and_mid_rebuild(
     workspace: Path, tmp_path: Path, store_backend: dict[str, Any]
 ) -> None:
     rng = random.Random(13)
-    for i in range(40):
-        write(workspace / "memory" / f"{i:03d}.md", note(rng, rng.randint(1, 6)))
-    config = write_config(tmp_path / "cfg.json5", workspace, 200, store_backend)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "mdmemory", "index", "--config", str(config), "--json"]
-    t0 = time.monotonic()
-    subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
-    full = time.monotonic() - t0
+    config, cmd, env, full = seed_and_index(workspace, tmp_path, rng, store_backend)
     agent = load_config(config).agent()
     killed, rebuilds, round_no = 0, 0, 0
     store = PgStore(store_backend["url"], agent.id, store_backend["schema"])
