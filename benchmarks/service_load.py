@@ -7,7 +7,7 @@ ContextPack, JSON). Then 8 clients ``POST /retain`` proxy-shaped entries for ``-
 report gives entries/s, errors, and entries acknowledged (202) but missing from ``sessions/*.md`` (lost).
 
     python benchmarks/service_load.py [--chunks 10000] [--queries 400] [--retain-seconds 10] [--json out.json]
-        [--workdir DIR]
+        [--workdir DIR] [--only minilm|keyword] [--serve-args '--recall-workers 0']
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def write_config(path: Path, ws: Path, provider: str, store: str) -> Path:
         "provider": provider,
         "store": {"path": store},
         "chunking": {"tokens": 96, "overlap": 8, "windowTokens": 0},
+        "sources": ["memory", "sessions"],  # what the service searches: `index` then prunes old retained turns
     }
     if provider == "local":
         ms["local"] = {"modelPath": str(MINILM), "threads": 2}
@@ -246,20 +247,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mdmemory-service-load-") as tmp:
         root = args.workdir.resolve() if args.workdir else Path(tmp)
         ws = root / "ws" if (root / "ws").is_dir() else build_workspace(root, args.chunks)
-        shutil.rmtree(ws / "sessions", ignore_errors=True)  # a reused workspace: drop an earlier run's turns
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
         bodies = queries(args.queries)
         for name, provider in (("minilm", "local"), ("keyword", "none")):
             if args.only and name != args.only:
                 continue
             cfg = write_config(root / f"{name}.json", ws, provider, f"{{home}}/state/{name}/{{agentId}}.sqlite")
+            shutil.rmtree(ws / "sessions", ignore_errors=True)  # no turns retained by an earlier run or phase
             t = time.perf_counter()
             indexed = run(["index", "--config", str(cfg)], env)
             status = run(["status", "--config", str(cfg)], env)
             print(f"{name}: indexed {status['chunks']} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
             server = Server(cfg, env, root / f"{name}.log", args.serve_args.split())
             try:
+                health = json.loads(server.request("GET", "/healthz")[1])
                 result = recall_load(server, bodies)
+                result["recallWorkers"] = health.get("recallWorkers", 0)
                 result["chunks"] = status["chunks"]
                 if name == "minilm":
                     result["retain"] = retain_load(server, ws, args.retain_seconds)
