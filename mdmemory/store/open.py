@@ -14,7 +14,7 @@ from mdmemory.storeconfig import URL_ENV, shown_url, url_problem
 
 if TYPE_CHECKING:
     from mdmemory.config import AgentConfig
-    from mdmemory.store.api import IndexStore
+    from mdmemory.store.api import EntryLog, IndexStore
 
 
 def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
@@ -30,6 +30,26 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
     from mdmemory.store.index import Store
 
     return Store(agent.store_path)
+
+
+def open_entry_log(agent: AgentConfig) -> EntryLog | None:
+    """The agent's retained entries and tombstones on a connection of their own (``close`` gives it back), or
+    None when its store keeps none (SQLite: only one host, the one with the files, retains for it)."""
+    settings = agent.memory_search.store
+    if settings.backend != "postgres":
+        return None
+    from mdmemory.store.pg.connection import borrow, give_back
+    from mdmemory.store.pg.entries import PgEntryLog
+    from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
+
+    url, schema = _url(agent), check_schema_name(settings.schema)
+    conn = borrow(url)
+    try:
+        ensure_migrated(conn, url, schema)
+    except BaseException:
+        give_back(url, conn)
+        raise
+    return PgEntryLog(conn, schema, agent.id, url=url)
 
 
 def describe(agent: AgentConfig) -> dict[str, Any]:
