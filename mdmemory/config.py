@@ -206,6 +206,9 @@ class AgentConfig:
     user_timezone: str | None = None  # IANA name; None -> the local time zone
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     session_context: SessionContextConfig = field(default_factory=SessionContextConfig)
+    # False in a ``mdmemory serve`` replica that does not hold this agent's files (``service.remoteAgents``):
+    # it retains into the shared store's entries and reads file text from the index (README "Service replicas")
+    files_here: bool = True
 
 
 @dataclass(frozen=True)
@@ -217,6 +220,8 @@ class ServiceConfig:
     token: str | None = field(default=None, repr=False)  # bearer token; MEMORY_API_TOKEN wins
     auto_agents: bool = False  # an unknown agent_id gets {home}/agents/{id}/ from workspace-template
     max_body_bytes: int = 2 * 1024 * 1024
+    # agents whose files this replica does not hold ("*": every agent); MDMEMORY_REMOTE_AGENTS wins
+    remote_agents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
