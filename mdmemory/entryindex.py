@@ -23,13 +23,12 @@ from mdmemory.service.blocks import closing
 from mdmemory.sessionview import day_of, day_path, view
 from mdmemory.store import FileRow
 from mdmemory.store.api import IndexStore, PendingEntry
-from mdmemory.store.lines import file_text
+from mdmemory.store.lines import VIRTUAL_SIZE, file_text
 from mdmemory.workspace import read_text
 
 if TYPE_CHECKING:
     from mdmemory.indexer import Indexer, SyncReport
 
-VIRTUAL_SIZE = -1  # the size recorded for a file indexed as a view: never equal to the file's on disk
 MAX_PENDING = 10_000  # pending entries one sync indexes (the rest at the next; a drained host has none)
 
 

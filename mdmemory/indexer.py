@@ -17,6 +17,7 @@ from mdmemory.errors import ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, FileRow
 from mdmemory.store.api import IndexStore
+from mdmemory.store.lines import VIRTUAL_SIZE
 from mdmemory.workspace import MemoryFile, Workspace, read_text
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
@@ -297,9 +298,9 @@ class Indexer:
         digest = hashlib.sha256(raw).hexdigest()
         viewed = entryindex.viewed(entries, mf.rel, text)
         if viewed != text:  # the database's entries for it are not all in the file yet (mdmemory.sessionview)
-            digest, text, size, mtime = sha256(viewed), viewed, entryindex.VIRTUAL_SIZE, 0.0
+            digest, text, size, mtime = sha256(viewed), viewed, VIRTUAL_SIZE, 0.0
         if row is not None and row.hash == digest:
-            if size != entryindex.VIRTUAL_SIZE:
+            if size != VIRTUAL_SIZE:
                 self.store.touch_file(mf.rel, mtime, size)
             report.unchanged += 1
             return

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdmemory.service import blocks
 from mdmemory.service.blocks import closing
 from mdmemory.store.lines import file_text
+from mdmemory.store.pg.connection import connect
+from mdmemory.store.pg.entries import PgEntryLog
 from mdmemory.store.pg.store import PgStore
 from tests.service_bodies import recall_body
 from tests.service_server import Service, write_config
@@ -75,6 +79,27 @@ class Fleet:
         with PgStore(self.store["url"], "main", self.store["schema"]) as store:
             paths = [p for p in store.files() if p.startswith("sessions/")]
             return sum(file_text(store.chunks_of(p)).count(closing(entry_id)) for p in paths)
+
+    def indexed(self) -> Counter[str]:
+        """Whole blocks per entry id in the live index's session files (each file's text from its chunks)."""
+        with PgStore(self.store["url"], "main", self.store["schema"]) as store:
+            texts = [file_text(store.chunks_of(p)) for p in store.files() if p.startswith("sessions/")]
+        return Counter(b.entry_id for t in texts for b in blocks.blocks(t)[0])
+
+    def in_files(self) -> tuple[Counter[str], list[str]]:
+        """Whole blocks per entry id in the agent's session files, and the files that end in a torn block."""
+        found: Counter[str] = Counter()
+        torn = []
+        for path in sorted((self.workspace / "sessions").glob("*.md")):
+            whole, cut = blocks.blocks(path.read_text())
+            found.update(b.entry_id for b in whole)
+            if cut is not None:
+                torn.append(path.name)
+        return found, torn
+
+    def entry_log(self) -> PgEntryLog:
+        """The agent's entries on a connection of the test's own (close ``.conn`` after)."""
+        return PgEntryLog(connect(self.store["url"]), self.store["schema"], "main")
 
     def entry_state(self, entry_id: str) -> str | None:
         with PgStore(self.store["url"], "main", self.store["schema"]) as store:

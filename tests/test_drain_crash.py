@@ -19,9 +19,6 @@ import pytest
 
 from mdmemory.service import blocks
 from mdmemory.service.sessionlog import render_entry
-from mdmemory.store.lines import file_text
-from mdmemory.store.pg.entries import PgEntryLog
-from mdmemory.store.pg.store import PgStore
 from tests.daemon_helpers import Daemon
 from tests.fleet import Fleet, eventually, recalled
 from tests.service_bodies import openai_entry, retain_body
@@ -56,30 +53,6 @@ def retain_all(svc: Any, entries: list[dict[str, Any]]) -> None:
         list(pool.map(one, entries))
 
 
-def in_files(ws: Path) -> tuple[Counter[str], list[str]]:
-    """Whole blocks per entry id in the session files, and the files that end in a torn block."""
-    found: Counter[str] = Counter()
-    torn = []
-    for path in sorted((ws / "sessions").glob("*.md")):
-        whole, cut = blocks.blocks(path.read_text())
-        found.update(b.entry_id for b in whole)
-        if cut is not None:
-            torn.append(path.name)
-    return found, torn
-
-
-def in_index(fleet: Fleet) -> Counter[str]:
-    with PgStore(fleet.store["url"], "main", fleet.store["schema"]) as store:
-        texts = [file_text(store.chunks_of(p)) for p in store.files() if p.startswith("sessions/")]
-    return Counter(b.entry_id for t in texts for b in blocks.blocks(t)[0])
-
-
-def entry_log(fleet: Fleet) -> PgEntryLog:
-    from mdmemory.store.pg.connection import connect
-
-    return PgEntryLog(connect(fleet.store["url"]), fleet.store["schema"], "main")
-
-
 def test_kill_9_of_the_watch_mid_drain_converges_to_one_block_per_entry(fleet: Fleet) -> None:
     replica = fleet.replica("a")
     rng = random.Random(13)
@@ -95,7 +68,7 @@ def test_kill_9_of_the_watch_mid_drain_converges_to_one_block_per_entry(fleet: F
         assert replica.call("POST", "/forget", {"agent_id": "main", "entry_ids": drop}).status == 204
         forgotten |= set(drop)
         daemon = Daemon(fleet.agent_config)
-        log = entry_log(fleet)
+        log = fleet.entry_log()
         try:  # kill it as soon as it has begun to write, while the database still has entries pending for it
             before = sum(p.stat().st_size for p in (fleet.workspace / "sessions").glob("*.md"))
             deadline = time.monotonic() + 30
@@ -116,14 +89,14 @@ def test_kill_9_of_the_watch_mid_drain_converges_to_one_block_per_entry(fleet: F
         assert f"zebra{r}q{i}" in recalled(replica, f"what is token k{r}x{i}?")  # meanwhile, wherever it is now
 
     daemon = Daemon(fleet.agent_config)
-    log = entry_log(fleet)
+    log = fleet.entry_log()
     try:
         assert eventually(lambda: not log.has_work(), 60)
-        assert eventually(lambda: in_index(fleet) == Counter(retained - forgotten), 30)
+        assert eventually(lambda: fleet.indexed() == Counter(retained - forgotten), 30)
     finally:
         log.conn.close()
         daemon.stop()
-    files, torn = in_files(fleet.workspace)
+    files, torn = fleet.in_files()
     assert torn == []
     assert files == Counter(retained - forgotten)  # exactly one block per entry, none of the forgotten
     assert killed_mid_drain >= 1, "no kill landed while entries were still pending"
@@ -148,17 +121,17 @@ def test_a_writer_that_died_between_the_file_and_the_database_is_finished_withou
     eid, day, block = rendered[8]
     path = sessions / f"{day}.md"
     path.write_text(blocks.appended(path.read_text() if path.exists() else "", day, block)[:-40])
-    log = entry_log(fleet)
+    log = fleet.entry_log()
     try:
         assert log.stats()["pending"] == 12
         daemon = Daemon(fleet.agent_config)
         try:
             assert eventually(lambda: not log.has_work(), 30)
-            assert eventually(lambda: in_index(fleet) == Counter(ids), 30)
+            assert eventually(lambda: fleet.indexed() == Counter(ids), 30)
         finally:
             daemon.stop()
         assert log.stats()["written"] == 12
     finally:
         log.conn.close()
-    files, torn = in_files(fleet.workspace)
+    files, torn = fleet.in_files()
     assert torn == [] and files == Counter(ids)

@@ -6,6 +6,8 @@ throughout; a forget through a replica is honoured at once everywhere and applie
 from __future__ import annotations
 
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +15,12 @@ from typing import Any
 import pytest
 
 from tests.daemon_helpers import Daemon
-from tests.fleet import Fleet, eventually, recalled
+from tests.fleet import TOKEN, Fleet, eventually, recalled
+from tests.pg_tcp import TcpPostgres
 from tests.service_bodies import openai_entry, retain_body
+from tests.service_server import Service, write_config
 
-pytestmark = pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
+postgres = pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 DAY = "sessions/2026-11-23.md"
 
 
@@ -35,6 +39,7 @@ def retain(svc: Any, question: str, answer: str, eid: str, ts: str = "2026-11-23
     return str(reply.body["status"])
 
 
+@postgres
 def test_a_retain_on_a_replica_without_the_files_is_recalled_everywhere_and_written_once_by_the_watch(
     fleet: Fleet,
 ) -> None:
@@ -74,6 +79,7 @@ def test_a_retain_on_a_replica_without_the_files_is_recalled_everywhere_and_writ
     assert retain(a, question, "again", "hist1_w1") == "duplicate"
 
 
+@postgres
 def test_a_forget_through_a_replica_is_honoured_at_once_and_applied_to_the_agents_files(fleet: Fleet) -> None:
     a, b = fleet.replica("a"), fleet.replica("b")
     daemon = Daemon(fleet.agent_config)
@@ -100,3 +106,114 @@ def test_a_forget_through_a_replica_is_honoured_at_once_and_applied_to_the_agent
         assert fleet.copies_indexed("hist1_v1") == 0 and fleet.copies_indexed("hist1_v2") == 1
     finally:
         daemon.stop()
+
+
+@postgres
+def test_a_day_without_the_agents_host_entries_accumulate_are_recalled_and_land_in_the_files_on_its_return(
+    fleet: Fleet,
+) -> None:
+    a, b = fleet.replica("a"), fleet.replica("b")
+    ids = []
+    for i in range(20):  # two days of turns, half through each replica; the agent's host is down
+        day = "2026-11-23" if i < 10 else "2026-11-24"
+        svc = (a, b)[i % 2]
+        assert (
+            retain(
+                svc,
+                f"what is the code of locker {i}?",
+                f"Locker {i} opens with otter{i}x.",
+                f"hist1_d{i}",
+                f"{day}T09:00:{i:02d}Z",
+            )
+            == "retained"
+        )
+        ids.append(f"hist1_d{i}")
+    assert b.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_d3", "hist1_d15"]}).status == 204
+    kept = Counter(i for i in ids if i not in ("hist1_d3", "hist1_d15"))
+    for i in (0, 7, 12, 19):  # each replica recalls what the other retained
+        assert f"otter{i}x" in recalled((b, a)[i % 2], f"what is the code of locker {i}?")
+    assert "otter3x" not in recalled(a, "what is the code of locker 3?")
+    assert fleet.indexed() == kept
+    assert not (fleet.workspace / "sessions").exists()  # nothing on the host yet
+
+    daemon = Daemon(fleet.agent_config)  # the host is back
+    log = fleet.entry_log()
+    try:
+        assert eventually(lambda: not log.has_work(), 30)
+        assert eventually(lambda: fleet.row_size("sessions/2026-11-24.md") not in (None, -1), 30)
+        assert eventually(lambda: fleet.row_size(DAY) not in (None, -1), 30)
+    finally:
+        log.conn.close()
+        daemon.stop()
+    assert fleet.in_files() == (kept, [])
+    assert fleet.indexed() == kept
+    assert "otter12x" in recalled(a, "what is the code of locker 12?")
+
+
+@postgres
+def test_which_replicas_take_the_database_path(fleet: Fleet, tmp_path: Path) -> None:
+    """A replica configured as remote for the agent retains through the database; one that should hold the
+    files but finds the workspace missing (an unmounted volume) answers 503 and creates nothing, as before;
+    a remote agent whose index is in SQLite is refused at start."""
+    remote = fleet.replica("remote")
+    unmounted = fleet.replica("unmounted", remote=False)
+    assert retain(remote, "q?", "a.", "hist1_r1") == "retained"
+    reply = unmounted.call("POST", "/retain", retain_body("main", openai_entry("q?", "a.", id="hist1_r2")))
+    assert reply.status == 503 and "does not exist" in reply.body["error"]
+    assert not (tmp_path / "replica-unmounted" / "volume-not-here").exists()
+    assert fleet.entry_state("hist1_r2") is None
+
+    sqlite = tmp_path / "replica-sqlite"
+    sqlite.mkdir()
+    cfg = write_config(sqlite / "config.json", {"main": sqlite / "absent"}, remoteAgents=["main"])
+    with pytest.raises(RuntimeError, match="remoteAgents"):
+        Service(cfg, sqlite / "home", TOKEN, sqlite / "serve.log").start()
+
+
+@postgres
+def test_a_serve_that_holds_the_files_writes_the_remote_entries_and_shares_its_own_with_the_replicas(
+    fleet: Fleet,
+) -> None:
+    local = Service(fleet.agent_config, fleet.root / "agent-host" / "home", TOKEN, fleet.root / "local.log")
+    local.start()
+    fleet.replicas.append(local)
+    remote = fleet.replica("r")
+    assert retain(remote, "which port does the yak proxy use?", "The yak proxy listens on 7461.", "hist1_y1") == (
+        "retained"
+    )
+    assert "7461" in recalled(local, "which port does the yak proxy use?")  # from the store, before the files
+    assert eventually(lambda: fleet.blocks_in_files("hist1_y1") == 1)  # its background pass drains it
+    assert retain(local, "which port does the yak proxy use?", "again", "hist1_y1") == "duplicate"
+    assert retain(local, "what is the yak van's plate?", "The plate is YAK-204.", "hist1_y2") == "retained"
+    assert retain(remote, "what is the yak van's plate?", "again", "hist1_y2") == "duplicate"  # it knows
+    assert eventually(lambda: "YAK-204" in recalled(remote, "what is the yak van's plate?"))
+
+    assert local.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_y1"]}).status == 204
+    assert "7461" not in recalled(remote, "which port does the yak proxy use?")
+    assert retain(remote, "which port does the yak proxy use?", "x", "hist1_y1") == "forgotten"
+    assert fleet.blocks_in_files("hist1_y1") == 0 and fleet.indexed() == Counter({"hist1_y2": 1})
+
+
+def test_postgresql_down_a_retain_answers_503_and_leaves_nothing_then_works_again(tmp_path: Path) -> None:
+    pg = TcpPostgres(tmp_path / "db")
+    pg.start()
+    fleet = Fleet(tmp_path / "fleet", {"backend": "postgres", "url": pg.url, "schema": "mdmemory"})
+    try:
+        a = fleet.replica("a")
+        assert retain(a, "where is the heron key?", "The heron key is under the mat.", "hist1_h1") == "retained"
+        pg.stop("immediate")  # a crash of the database server
+        again = retain_body("main", openai_entry("where is the heron boat?", "The heron boat is blue.", id="hist1_h2"))
+        started = time.monotonic()
+        reply = a.call("POST", "/retain", again)
+        waited = time.monotonic() - started
+        assert reply.status == 503 and "PostgreSQL" in reply.body["error"], reply.raw
+        assert waited < 6  # the entries' short wait for a connection (store.open.ENTRY_WAIT_SECONDS)
+        pg.start()
+        assert fleet.entry_state("hist1_h2") is None  # nothing half-written
+        assert fleet.entry_state("hist1_h1") == "pending"  # what was answered 202 is there
+        assert eventually(lambda: a.call("POST", "/retain", again).status == 202)
+        assert fleet.entry_state("hist1_h2") == "pending"
+        assert eventually(lambda: "under the mat" in recalled(a, "where is the heron key?"))
+    finally:
+        fleet.stop()
+        pg.remove()

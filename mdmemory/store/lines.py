@@ -15,6 +15,10 @@ from collections.abc import Sequence
 
 from mdmemory.store.index import ChunkRow
 
+# The size recorded for a file indexed as other text than the file's (a session file with entries the database
+# holds for it, mdmemory.entryindex): never the size of a file on disk, so its host reads it again.
+VIRTUAL_SIZE = -1
+
 
 def file_lines(chunks: Sequence[ChunkRow]) -> list[str]:
     """The lines of the file the chunks came from (1-based line n is item n - 1)."""

@@ -32,6 +32,9 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
     return Store(agent.store_path)
 
 
+ENTRY_WAIT_SECONDS = 3.0  # a retain with the database away answers 503 after this, not the pool's 10 s
+
+
 def open_entry_log(agent: AgentConfig) -> EntryLog | None:
     """The agent's retained entries and tombstones on a connection of their own (``close`` gives it back), or
     None when its store keeps none (SQLite: only one host, the one with the files, retains for it)."""
@@ -43,7 +46,7 @@ def open_entry_log(agent: AgentConfig) -> EntryLog | None:
     from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 
     url, schema = _url(agent), check_schema_name(settings.schema)
-    conn = borrow(url)
+    conn = borrow(url, ENTRY_WAIT_SECONDS)
     try:
         ensure_migrated(conn, url, schema)
     except BaseException:
