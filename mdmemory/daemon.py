@@ -218,6 +218,10 @@ def run(
             if not agent.memory_search.enabled:
                 emit({"event": "skipped", "agent": agent.id, "reason": "memorySearch.enabled is false"})
                 continue
+            if not agent.files_here:
+                reason = "its files are on another host (service.remoteAgents): watch it there"
+                emit({"event": "skipped", "agent": agent.id, "reason": reason})
+                continue
             watches.append(start_agent(agent, config, emit, polling=polling))
         if fingerprint is not None and watches:
             by_id = {w.agent.id: w for w in watches}

@@ -5,6 +5,9 @@ throughout; a forget through a replica is honoured at once everywhere and applie
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -31,6 +34,15 @@ def fleet(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Fleet]:
         yield f
     finally:
         f.stop()
+
+
+def cli(svc: Service, *args: str) -> str:
+    """``mdmemory ARGS --json`` on the replica's host (its configuration and state folder)."""
+    env = {**os.environ, "MDMEMORY_HOME": str(svc.home)}
+    argv = [sys.executable, "-m", "mdmemory", *args, "--config", str(svc.config), "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def retain(svc: Any, question: str, answer: str, eid: str, ts: str = "2026-11-23T14:03:07Z") -> str:
@@ -135,6 +147,9 @@ def test_a_day_without_the_agents_host_entries_accumulate_are_recalled_and_land_
     assert "otter3x" not in recalled(a, "what is the code of locker 3?")
     assert fleet.indexed() == kept
     assert not (fleet.workspace / "sessions").exists()  # nothing on the host yet
+    for command in ("search", "pack"):  # the command line on a replica's host finds them too
+        out = cli(a, command, "what is the code of locker 12?")
+        assert "otter12x" in out and "sessions/2026-11-24.md" in out, out
 
     daemon = Daemon(fleet.agent_config)  # the host is back
     log = fleet.entry_log()
@@ -158,6 +173,8 @@ def test_which_replicas_take_the_database_path(fleet: Fleet, tmp_path: Path) -> 
     remote = fleet.replica("remote")
     unmounted = fleet.replica("unmounted", remote=False)
     assert retain(remote, "q?", "a.", "hist1_r1") == "retained"
+    status = remote.call("GET", "/agents/main/status").body
+    assert status["filesHere"] is False and status["warnings"] == [] and status["entries"]["pending"] == 1
     reply = unmounted.call("POST", "/retain", retain_body("main", openai_entry("q?", "a.", id="hist1_r2")))
     assert reply.status == 503 and "does not exist" in reply.body["error"]
     assert not (tmp_path / "replica-unmounted" / "volume-not-here").exists()

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from mdmemory.chunker import chunk_markdown
+from mdmemory.config import is_remote, remote_agents
 from mdmemory.service import blocks
 from mdmemory.service.contract import Turn
-from mdmemory.service.remote import is_remote, remote_agents
 from mdmemory.sessionview import day_of, entry_ids, view
 from mdmemory.store import ChunkRow
 from mdmemory.store.api import PendingEntry

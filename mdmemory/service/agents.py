@@ -23,13 +23,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config
-from mdmemory.errors import MdMemoryError
+from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
+from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.memory import Memory
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
-from mdmemory.service.remote import LocalLog, RemoteLog, is_remote, remote_agents
+from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -91,7 +91,7 @@ class Agents:
         self._agents: dict[str, Agent] = {}
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
         self._lock = threading.Lock()
-        self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)
+        self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
 
     def ids(self) -> list[str]:
         return [a.id for a in self.config.agents]
@@ -146,14 +146,18 @@ class Agents:
         if "{agentId}" not in template:
             template = DEFAULT_STORE_PATH
         store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home)))
-        return replace(base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False)
+        here = not is_remote(agent_id, self.remote)
+        return replace(
+            base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False, files_here=here
+        )
 
     def _open(self, agent: AgentConfig) -> Agent:
         agent = with_sessions(agent)
         log: SessionLog | RemoteLog
         drainer = None
-        if is_remote(agent.id, self.remote):  # its files are on another host: the shared store's entries
-            agent = replace(agent, files_here=False)
+        if not agent.files_here:  # on another host (service.remoteAgents): the shared store's entries
+            if agent.memory_search.store.backend != "postgres":  # an autoAgents agent (the file's are checked)
+                raise ConfigError(f"agent {agent.id!r} is in service.remoteAgents but not in the shared store")
             log = RemoteLog(agent)
         else:
             if Path(agent.workspace).is_dir():  # a missing workspace is never created (an unmounted volume)

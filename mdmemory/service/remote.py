@@ -12,45 +12,22 @@ replica recognises a duplicate or a forgotten id whichever replica saw it first:
   database; a database that cannot be reached only costs the cross-replica check of a retain.
 
 Which agents a replica does not hold: ``service.remoteAgents`` (ids, or ``"*"``), or ``MDMEMORY_REMOTE_AGENTS``
-(comma-separated) instead. An agent not named there must have its workspace here: a missing one answers 503,
-as an unmounted volume should.
+(comma-separated) instead; the configuration marks them (``AgentConfig.files_here``) and refuses one whose
+index is in SQLite. An agent not named there must have its workspace here: a missing one answers 503, as an
+unmounted volume should.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from typing import Any
 
 from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, StoreError
+from mdmemory.errors import StoreError
 from mdmemory.service.sessionlog import SessionLog, Status, render_entry
 from mdmemory.store.api import EntryLog
 from mdmemory.store.faults import store_errors, store_fault
-
-REMOTE_ENV = "MDMEMORY_REMOTE_AGENTS"
-
-
-def remote_agents(configured: Sequence[str], env: Mapping[str, str]) -> frozenset[str]:
-    """The ids this replica does not hold the files of (``"*"`` for all): the environment wins."""
-    raw = env.get(REMOTE_ENV)
-    names = raw.split(",") if raw is not None else configured
-    return frozenset(n.strip() for n in names if n.strip())
-
-
-def is_remote(agent_id: str, remote: frozenset[str]) -> bool:
-    return "*" in remote or agent_id in remote
-
-
-def check_remote(agent: AgentConfig) -> None:
-    """A replica can only serve an agent whose files it does not hold through the shared store."""
-    if agent.memory_search.store.backend != "postgres":
-        raise ConfigError(
-            f"agent {agent.id!r} is in service.remoteAgents (or {REMOTE_ENV}), but its index is in SQLite on the "
-            "agent's host: a replica without the agent's files needs the shared store. Fix: set "
-            'memorySearch.store.backend to "postgres" for it, or serve it from the host that holds its files',
-            key="service.remoteAgents",
-        )
 
 
 @contextlib.contextmanager
@@ -73,7 +50,6 @@ class RemoteLog:
     """An agent's retained turns on a replica that does not hold its files: the database's entries only."""
 
     def __init__(self, agent: AgentConfig) -> None:
-        check_remote(agent)
         self.agent = agent
 
     def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:

@@ -20,7 +20,6 @@ from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
 from mdmemory.service.agents import Agent, Agents
-from mdmemory.service.remote import check_remote, is_remote
 from mdmemory.service.telemetry import Telemetry
 
 DRAIN_SECONDS = 30
@@ -119,9 +118,6 @@ def serve(
     check_bind(host, token)
     telemetry = Telemetry()
     agents = Agents(config, env)
-    for agent in config.agents:
-        if is_remote(agent.id, agents.remote):
-            check_remote(agent)
     indexer = BackgroundIndexer(agents, telemetry)
     app = build_app(agents, token, telemetry)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
