@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -20,16 +24,20 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class TcpPostgres:
     """``start(host)`` listens on ``host`` (an address that exists now) and a free port; ``stop`` shuts it down
-    (``mode`` ``fast`` or ``immediate``: a crash); ``url`` is the same across restarts on one host."""
+    (``mode`` ``fast`` or ``immediate``: a crash); ``url`` is the same across restarts on one host.
 
-    def __init__(self, root: Path) -> None:
+    The data folder is not under pytest's tmp_path: a pytest session starting meanwhile makes
+    ``/tmp/pytest-of-<user>`` private again, and the server's own user (``pgserver`` under root) could then
+    no longer reach its folder to stop it."""
+
+    def __init__(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import pgserver
             from pgserver._commands import pg_ctl
 
         self._pg_ctl = pg_ctl
-        root.mkdir(parents=True, exist_ok=True)
+        root = self.root = Path(tempfile.mkdtemp(prefix="mdmemory-pg-"))
         for attempt in range(1, START_ATTEMPTS + 1):  # as tests.pg_server: initdb now and then aborts
             self.data = root / f"pgdata-{attempt}"
             try:
@@ -56,6 +64,11 @@ class TcpPostgres:
         options = f"-h {self.host} -p {self.port} -k {self.data}"
         self._ctl(["-w", "-o", options, "-l", str(self.data / "log"), "start"])
 
+    def allow(self, network: str) -> None:
+        """Let clients from ``network`` (CIDR) in, without a password (takes effect at the next start)."""
+        with open(self.data / "pg_hba.conf", "a") as hba:
+            hba.write(f"host all all {network} trust\n")
+
     def stop(self, mode: str = "fast") -> None:
         try:
             self._ctl(["-w", "-m", mode, "stop"])
@@ -64,4 +77,8 @@ class TcpPostgres:
 
     def remove(self) -> None:
         self.stop("immediate")
-        shutil.rmtree(self.data, ignore_errors=True)
+        pid_file = self.data / "postmaster.pid"
+        if pid_file.exists():  # pg_ctl could not stop it
+            with contextlib.suppress(ValueError, OSError):
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -212,7 +212,7 @@ def test_a_serve_that_holds_the_files_writes_the_remote_entries_and_shares_its_o
 
 
 def test_postgresql_down_a_retain_answers_503_and_leaves_nothing_then_works_again(tmp_path: Path) -> None:
-    pg = TcpPostgres(tmp_path / "db")
+    pg = TcpPostgres()
     pg.start()
     fleet = Fleet(tmp_path / "fleet", {"backend": "postgres", "url": pg.url, "schema": "mdmemory"})
     try:
