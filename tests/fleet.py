@@ -65,6 +65,15 @@ class Fleet:
         self.replicas.append(svc)
         return svc
 
+    def local(self) -> Service:
+        """A ``serve`` on the agent's host, holding its files."""
+        svc = Service(
+            self.agent_config, self.root / "agent-host" / "home", TOKEN, self.root / "agent-host" / "serve.log"
+        )
+        svc.start()
+        self.replicas.append(svc)
+        return svc
+
     def stop(self) -> None:
         for svc in self.replicas:
             svc.stop()

@@ -20,7 +20,7 @@ import pytest
 from tests.daemon_helpers import Daemon
 from tests.fleet import TOKEN, Fleet, eventually, recalled
 from tests.pg_tcp import TcpPostgres
-from tests.service_bodies import openai_entry, retain_body
+from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
 postgres = pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
@@ -191,9 +191,7 @@ def test_which_replicas_take_the_database_path(fleet: Fleet, tmp_path: Path) -> 
 def test_a_serve_that_holds_the_files_writes_the_remote_entries_and_shares_its_own_with_the_replicas(
     fleet: Fleet,
 ) -> None:
-    local = Service(fleet.agent_config, fleet.root / "agent-host" / "home", TOKEN, fleet.root / "local.log")
-    local.start()
-    fleet.replicas.append(local)
+    local = fleet.local()
     remote = fleet.replica("r")
     assert retain(remote, "which port does the yak proxy use?", "The yak proxy listens on 7461.", "hist1_y1") == (
         "retained"
@@ -225,6 +223,12 @@ def test_postgresql_down_a_retain_answers_503_and_leaves_nothing_then_works_agai
         waited = time.monotonic() - started
         assert reply.status == 503 and "PostgreSQL" in reply.body["error"], reply.raw
         assert waited < 6  # the entries' short wait for a connection (store.open.ENTRY_WAIT_SECONDS)
+        assert a.call("POST", "/recall", recall_body("main", "where is the heron key?")).status == 503
+        local = fleet.local()  # a serve that holds the files retains into them all the same
+        reply = local.call(
+            "POST", "/retain", retain_body("main", openai_entry("q?", "Heron oars: red.", id="hist1_h3"))
+        )
+        assert reply.status == 202 and fleet.blocks_in_files("hist1_h3") == 1
         pg.start()
         assert fleet.entry_state("hist1_h2") is None  # nothing half-written
         assert fleet.entry_state("hist1_h1") == "pending"  # what was answered 202 is there

@@ -76,13 +76,14 @@ class LocalLog(SessionLog):
 
     def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
         eid, day, block = render_entry(entry, metadata or {})
-        known = None
+        known, reached = None, False
         with contextlib.suppress(StoreError), entry_log(self.agent) as log:
             known = log.known(eid) if log is not None else None
+            reached = True
         if known is not None:
             return known, eid
         status = self.write_blocks([(eid, day, block)])[0]
-        if status == "retained":
+        if status == "retained" and reached:  # the database away: the files alone, without a second wait
             with contextlib.suppress(StoreError), entry_log(self.agent) as log:
                 if log is not None:
                     log.record(eid, day)
