@@ -99,11 +99,11 @@ def run(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 class Server:
-    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str], log: Path, extra: list[str] = ()) -> None:  # type: ignore[assignment]
         self.port = free_port()
         self.log = open(log, "ab")  # noqa: SIM115
         env = {**env, "MEMORY_API_TOKEN": TOKEN}
-        cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(config), "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(config), "--port", str(self.port), *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while True:
@@ -237,6 +237,8 @@ def main() -> None:
     ap.add_argument("--retain-seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--workdir", type=Path, help="keep the workspace and indexes here (reused by later runs)")
+    ap.add_argument("--only", choices=("minilm", "keyword"), help="measure one index only")
+    ap.add_argument("--serve-args", default="", help="extra `mdmemory serve` arguments, e.g. '--recall-workers 0'")
     args = ap.parse_args()
     if not MINILM.is_file():
         raise SystemExit(f"{MINILM} is missing")
@@ -248,12 +250,14 @@ def main() -> None:
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
         bodies = queries(args.queries)
         for name, provider in (("minilm", "local"), ("keyword", "none")):
+            if args.only and name != args.only:
+                continue
             cfg = write_config(root / f"{name}.json", ws, provider, f"{{home}}/state/{name}/{{agentId}}.sqlite")
             t = time.perf_counter()
             indexed = run(["index", "--config", str(cfg)], env)
             status = run(["status", "--config", str(cfg)], env)
             print(f"{name}: indexed {status['chunks']} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-            server = Server(cfg, env, root / f"{name}.log")
+            server = Server(cfg, env, root / f"{name}.log", args.serve_args.split())
             try:
                 result = recall_load(server, bodies)
                 result["chunks"] = status["chunks"]

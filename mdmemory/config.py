@@ -220,6 +220,9 @@ class ServiceConfig:
     token: str | None = field(default=None, repr=False)  # bearer token; MEMORY_API_TOKEN wins
     auto_agents: bool = False  # an unknown agent_id gets {home}/agents/{id}/ from workspace-template
     max_body_bytes: int = 2 * 1024 * 1024
+    # Processes answering recalls beside the service's own (mdmemory.service.recallpool): None is one per
+    # core up to 4 (none on one core); 0 answers every recall in the service's process.
+    recall_workers: int | None = None
     # agents whose files this replica does not hold ("*": every agent); MDMEMORY_REMOTE_AGENTS wins
     remote_agents: tuple[str, ...] = ()
 
@@ -316,6 +319,7 @@ REMOTE_ENV = "MDMEMORY_REMOTE_AGENTS"
 SERVICE_RANGES: dict[str, _Range] = {
     "port": _Range(0, 65535),
     "maxBodyBytes": _Range(1024, 1 << 30),
+    "recallWorkers": _Range(0, 64),
 }
 # Keys of agents.defaults.compaction that belong to the agent runtime (Clawdbot/OpenClaw): ignored, never typos.
 _RUNTIME_COMPACTION_KEYS = frozenset(

@@ -233,7 +233,7 @@ class Indexer:
         started = time.monotonic()
         report = SyncReport()
         entries = entryindex.snapshot(self.store)  # what the database holds for the session files
-        indexed = self.store.files()
+        indexed = self._indexed()
         on_disk = self.workspace.discover()
         # after discovery, so a folder that vanished during it counts as missing, not as emptied
         held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
@@ -342,7 +342,7 @@ class Indexer:
         Returns (path, state, size) with state ``new``, ``modified`` or ``deleted``. A file touched without
         a content change shows up here; ``stale_files`` confirms with hashes.
         """
-        indexed = self.store.files()
+        indexed = self._indexed()
         out: list[tuple[str, str, int]] = []
         present: set[str] = set()
         for mf in self.workspace.discover():
@@ -361,9 +361,14 @@ class Indexer:
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 
+    def _indexed(self) -> dict[str, FileRow]:
+        """The indexed files of this workspace's sources (see ``Workspace.sources``)."""
+        sources = self.workspace.sources
+        return {path: row for path, row in self.store.files().items() if row.source in sources}
+
     def stale_files(self) -> list[dict[str, str]]:
         """Files whose index rows differ from disk, computed from the files themselves (not a flag)."""
-        indexed = self.store.files()
+        indexed = self._indexed()
         stale: list[dict[str, str]] = []
         for path, state, _ in self.changed_files():
             if state == "modified":

@@ -379,6 +379,7 @@ class Memory(ProviderSelection):
             keyword_score=q.keyword_score,
             today=clock.day(self.agent),
             low_confidence_results=q.low_confidence_results,
+            sources=self.workspace.sources,
         )
         notes.extend(outcome.notes)
         extra: dict[str, Any] = {}

@@ -118,6 +118,7 @@ def run_pack(
         weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
         price_by_line=provider is not None,
         low_confidence=min(q.low_confidence_results, q.max_results),
+        explain=trace,
     )
     if any(item.low_confidence for item in pack.items):
         warning = (

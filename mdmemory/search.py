@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import TYPE_CHECKING
@@ -374,10 +374,12 @@ def search(
     keyword_score: str = "coverage",
     today: date | None = None,
     low_confidence_results: int = 3,
+    sources: Collection[str] | None = None,
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
     decay counts ages from (default: the machine's local date). When no candidate reaches ``min_score``,
-    up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none)."""
+    up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none). With
+    ``sources``, chunks of other sources are left out (an index may hold rows another process searches)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
@@ -433,6 +435,11 @@ def search(
     ranked = sorted(scores, key=lambda rid: -scores[rid])
     # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
     chunks = store.chunks_by_ids(ranked if reorder else ranked[: max_results * 2])
+    if sources is not None:
+        chunks = {rid: c for rid, c in chunks.items() if c.source in sources}
+        if not reorder and len(chunks) < max_results and len(ranked) > max_results * 2:  # left out: look deeper
+            deeper = store.chunks_by_ids(ranked[max_results * 2 :])
+            chunks.update({rid: c for rid, c in deeper.items() if c.source in sources})
     if decay.enabled:
         day = today or date.today()
         scores = {

@@ -49,7 +49,8 @@ class Fleet:
         self.agent_config = write_config(host / "config.json", {"main": self.workspace}, **self._ms())
 
     def _ms(self) -> dict[str, Any]:
-        return {"memory_search": {"store": self.store, "sync": {"watchDebounceMs": 50}}}
+        ms = {"store": self.store, "sources": ["memory", "sessions"], "sync": {"watchDebounceMs": 50}}
+        return {"memory_search": ms}
 
     def replica(self, name: str, *, remote: bool = True, start: bool = True, **service: Any) -> Service:
         """A replica on "host" ``name``: the agent's workspace path does not exist there."""

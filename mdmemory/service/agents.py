@@ -76,7 +76,7 @@ def with_sessions(agent: AgentConfig) -> AgentConfig:
     return replace(agent, memory_search=replace(ms, sources=(*ms.sources, "sessions")))
 
 
-def _provider_key(agent: AgentConfig) -> str:
+def provider_key(agent: AgentConfig) -> str:
     ms = agent.memory_search
     parts = (ms.enabled, ms.provider, ms.model, ms.fallback, asdict(ms.local), asdict(ms.remote))
     return json.dumps(parts, sort_keys=True, default=str)
@@ -112,7 +112,7 @@ class Agents:
             opened = self._agents.get(agent_id)
             if opened is not None:
                 return opened.memory._choice
-            return self._choices.get(_provider_key(config)) if config is not None else None
+            return self._choices.get(provider_key(config)) if config is not None else None
 
     def opened(self) -> list[Agent]:
         with self._lock:
@@ -166,7 +166,7 @@ class Agents:
             log = LocalLog(agent) if shared else SessionLog(agent)
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
-        key = _provider_key(agent)
+        key = provider_key(agent)
         memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
         memory.catch_up_interval = CATCH_UP_SECONDS
         self._choices.setdefault(key, memory.choice)

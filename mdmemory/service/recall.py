@@ -51,6 +51,12 @@ def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def recall_info(result: dict[str, Any]) -> dict[str, Any]:
+    """What telemetry says of a recall: how many blocks and bytes of text (never the text)."""
+    memories = result["memories"]
+    return {"blocks": len(memories), "size": sum(len(m["text"].encode("utf-8")) for m in memories)}
+
+
 def recall(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:
     query = recall_query(body)
     if not query.strip():

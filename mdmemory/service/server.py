@@ -20,6 +20,7 @@ from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
 from mdmemory.service.agents import Agent, Agents
+from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.telemetry import Telemetry
 
 DRAIN_SECONDS = 30
@@ -102,8 +103,10 @@ def serve(
     port: int | None = None,
     env: Mapping[str, str] | None = None,
     fingerprint: str | None = None,
+    recall_workers: int | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. Raises ConfigError for a non-loopback host without a token.
+    ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
     With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
     answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
@@ -119,7 +122,11 @@ def serve(
     telemetry = Telemetry()
     agents = Agents(config, env)
     indexer = BackgroundIndexer(agents, telemetry)
-    app = build_app(agents, token, telemetry)
+    workers = config.service.recall_workers if recall_workers is None else recall_workers
+    pool = RecallPool(config, default_size() if workers is None else workers)
+    if pool.size:
+        pool.start()  # before the first request: each worker imports and reads the configuration once
+    app = build_app(agents, token, telemetry, pool if pool.size else None)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, **settings)
@@ -139,6 +146,7 @@ def serve(
         if sockets is not None:
             sockets.stop()
         indexer.stop()
+        pool.close()
         agents.close()
 
 

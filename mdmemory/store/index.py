@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ import sqlean
 from mdmemory.errors import StoreError
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
+from mdmemory.store.fts import FtsSearch
 from mdmemory.store.lifecycle import SqliteLifecycle
 from mdmemory.store.schema import SCHEMA_VERSION, migrate
 from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_vector
@@ -33,8 +33,6 @@ COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candida
 EXACT_ROWS_PER_CANDIDATE = 40  # with fewer vectors than this per coarse candidate, the exact scan is cheaper
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
-TWO_PASS_ROWS = 2_000  # a keyword query matching this many rows marks its matched words in a second pass
-MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (cleared when the index changes)
 _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
     "read-only": "it cannot be opened for writing",
     "full": "no space left on its disk",
@@ -71,12 +69,6 @@ class ChunkRow:
     id: int | None = None
 
 
-def fts_match(terms: Sequence[str]) -> str | None:
-    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
-    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
-    return " OR ".join(quoted) if quoted else None
-
-
 def _batched(items: Sequence[Any], size: int = _SQL_VARS) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -89,7 +81,7 @@ def _rows_in(conn: sqlean.Connection, sql: str, keys: Iterable[Any], params: tup
         yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
 
 
-class Store(SqliteLifecycle):
+class Store(FtsSearch, SqliteLifecycle):
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
@@ -532,96 +524,8 @@ class Store(SqliteLifecycle):
         sql = "SELECT hash, embedding FROM vectors WHERE hash IN ({marks})"
         return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes)}
 
-    # -- keyword ----------------------------------------------------------------------------------
-    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of ``terms`` (FTS5, porter unicode61): (chunk id, bm25) best first."""
-        match = fts_match(terms)
-        if match is None:
-            return []
-        rows = self.conn.execute(
-            "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY rank LIMIT ?",
-            (match, int(k)),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
-
-    def keyword_matches(self, terms: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased.
-
-        When many rows match, in two statements: highlighting inside the ranked one would mark every matching
-        row before the sort keeps ``k`` (most of the time of a query with a common term); the second pass
-        marks only those. With few matching rows one statement is cheaper."""
-        match = fts_match(terms)
-        if match is None:
-            return []
-        if self._rows_matching(match, TWO_PASS_ROWS) < TWO_PASS_ROWS:
-            rows = self.conn.execute(
-                "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
-                "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                "ORDER BY rank LIMIT ?",
-                (match, int(k)),
-            ).fetchall()
-            return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
-        ranked = self.keyword(terms, k)
-        if not ranked:
-            return []
-        rows = self.conn.execute(
-            "SELECT r, h FROM (SELECT rowid AS r, CASE WHEN rowid IN (SELECT value FROM json_each(?)) THEN "
-            "highlight(chunks_fts, 0, char(1), char(2)) || ' ' || coalesce(highlight(chunks_fts, 1, char(1), "
-            "char(2)), '') END AS h FROM chunks_fts WHERE chunks_fts MATCH ?) WHERE h IS NOT NULL",
-            (json.dumps([rid for rid, _ in ranked]), match),
-        ).fetchall()
-        marked = {int(r[0]): str(r[1]) for r in rows}
-        return [(rid, rank, {w.lower() for w in _MARKED.findall(marked.get(rid, ""))}) for rid, rank in ranked]
-
-    def term_frequency_at_least(self, term: str, limit: int) -> int:
-        """How many chunks hold ``term``, counting no further than ``limit`` (0 for an empty term)."""
-        match = fts_match([term])
-        return 0 if match is None else self._rows_matching(match, limit)
-
-    def _rows_matching(self, term_match: str, limit: int) -> int:
-        """How many chunks match an FTS5 expression, counting no further than ``limit`` (no scoring, cheap;
-        remembered until the index changes: a common term costs a scan of its whole posting list)."""
-        counts: dict[tuple[str, int], int] = self._memoised("term_counts", dict)
-        found = counts.get((term_match, limit))
-        if found is None:
-            row = self.conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)",
-                (term_match, int(limit)),
-            ).fetchone()
-            if len(counts) >= MAX_REMEMBERED_TERMS:
-                counts.clear()
-            found = counts[(term_match, limit)] = int(row[0])
-        return found
-
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
-
-    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of the character trigrams ``grams`` (CJK): (chunk id, bm25) best first."""
-        match = fts_match(grams)
-        if match is None:
-            return []
-        rows = self.conn.execute(
-            "SELECT rowid, bm25(chunks_trigram) AS rank FROM chunks_trigram WHERE chunks_trigram MATCH ? "
-            "ORDER BY rank LIMIT ?",
-            (match, int(k)),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
-
-    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks containing any needle (CJK words shorter than a trigram), best first.
-
-        Score is negative like bm25: more distinct needles, then more occurrences, rank first.
-        """
-        if not needles:
-            return []
-        where = " OR ".join("text LIKE ? ESCAPE '\\'" for _ in needles)
-        params = [f"%{like_escape(n)}%" for n in needles]
-        rows = self.conn.execute(
-            f"SELECT rowid, text FROM chunks_trigram WHERE {where} LIMIT ?", (*params, int(k) * 8)
-        ).fetchall()
-        return rank_needle_hits(rows, needles, k)
 
     # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -746,23 +650,3 @@ def _inode(path: Path) -> int | None:
         return None
     except OSError as exc:
         raise StoreError(f"cannot use index path {path}: {exc.strerror}; fix memorySearch.store.path") from exc
-
-
-_MARKED = re.compile("\x01(.*?)\x02", re.S)
-
-
-def like_escape(text: str) -> str:
-    """``text`` as a literal inside a LIKE pattern whose escape character is a backslash."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def rank_needle_hits(rows: Sequence[tuple[int, str]], needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-    """Score ``(chunk id, text)`` rows holding substring needles, negative like bm25: more distinct needles,
-    then more occurrences, rank first (ties keep the rows' order); the best ``k``."""
-    scored = []
-    for rid, text in rows:
-        distinct = sum(1 for n in needles if n in text)
-        occurrences = sum(text.count(n) for n in needles)
-        scored.append((int(rid), -(distinct + min(occurrences, 99) / 100)))
-    scored.sort(key=lambda r: r[1])
-    return scored[:k]
