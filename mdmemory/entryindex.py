@@ -24,7 +24,7 @@ from mdmemory.sessionview import day_of, day_path, view
 from mdmemory.store import FileRow
 from mdmemory.store.api import IndexStore, PendingEntry
 from mdmemory.store.lines import VIRTUAL_SIZE, file_text
-from mdmemory.workspace import read_text
+from mdmemory.workspace import Workspace, read_text
 
 if TYPE_CHECKING:
     from mdmemory.indexer import Indexer, SyncReport
@@ -43,10 +43,11 @@ class Snapshot:
         return bool(self.pending or self.forgotten)
 
 
-def snapshot(store: IndexStore) -> Snapshot:
-    """Read under the writer lock, so that no sync indexes a file without what was committed before it."""
+def snapshot(store: IndexStore, workspace: Workspace | None = None) -> Snapshot:
+    """Read under the writer lock, so that no sync indexes a file without what was committed before it; empty
+    for a ``workspace`` whose sync does not manage the session files (mdmemory.workspace: sources)."""
     log = store.entry_log()
-    if log is None:
+    if log is None or (workspace is not None and "sessions" not in workspace.sources):
         return Snapshot()
     return Snapshot(tuple(log.pending(MAX_PENDING)), frozenset(t.entry_id for t in log.unapplied()))
 
@@ -121,7 +122,7 @@ def sync_entries(indexer: Indexer, wait: float, embed: bool = True) -> SyncRepor
                 }
             )
             return report
-        entries = snapshot(store)
+        entries = snapshot(store, indexer.workspace)
         if entries:
             index_entries(indexer, entries, report, files_here=False)
         if stored is None and report.indexed:

@@ -232,7 +232,7 @@ class Indexer:
     def _update(self, progress: Progress | None, prune: bool = False, deadline: float | None = None) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
-        entries = entryindex.snapshot(self.store)  # what the database holds for the session files
+        entries = entryindex.snapshot(self.store, self.workspace)  # the database's, for the session files
         indexed = self._indexed()
         on_disk = self.workspace.discover()
         # after discovery, so a folder that vanished during it counts as missing, not as emptied

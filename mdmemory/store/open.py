@@ -32,7 +32,7 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
     return Store(agent.store_path)
 
 
-ENTRY_WAIT_SECONDS = 3.0  # a retain with the database away answers 503 after this, not the pool's 10 s
+ENTRY_WAIT_SECONDS = 3.0  # for a pooled connection; then one of its own (a retain: 503 after this, not 10 s)
 
 
 def open_entry_log(agent: AgentConfig) -> EntryLog | None:
@@ -41,18 +41,22 @@ def open_entry_log(agent: AgentConfig) -> EntryLog | None:
     settings = agent.memory_search.store
     if settings.backend != "postgres":
         return None
-    from mdmemory.store.pg.connection import borrow, give_back
+    from mdmemory.errors import StoreError
+    from mdmemory.store.pg.connection import borrow, connect
     from mdmemory.store.pg.entries import PgEntryLog
     from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 
     url, schema = _url(agent), check_schema_name(settings.schema)
-    conn = borrow(url, ENTRY_WAIT_SECONDS)
     try:
-        ensure_migrated(conn, url, schema)
+        log = PgEntryLog(borrow(url, ENTRY_WAIT_SECONDS), schema, agent.id, url=url)
+    except StoreError:  # after an outage the pool may wait out a backoff: a connection of its own, or the error
+        log = PgEntryLog(connect(url), schema, agent.id, url=url, pooled=False)
+    try:
+        ensure_migrated(log.conn, url, schema)
     except BaseException:
-        give_back(url, conn)
+        log.close()
         raise
-    return PgEntryLog(conn, schema, agent.id, url=url)
+    return log
 
 
 def describe(agent: AgentConfig) -> dict[str, Any]:

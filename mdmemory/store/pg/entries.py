@@ -18,19 +18,23 @@ from mdmemory.store.api import EntryStatus, PendingEntry, Tombstone
 
 
 class PgEntryLog:
-    """The entries of ``agent_id`` in ``schema``, on ``conn`` (``owned``: given back by ``close``)."""
+    """The entries of ``agent_id`` in ``schema``, on ``conn`` (with ``url``: this log's, closed by ``close``)."""
 
-    def __init__(self, conn: Any, schema: str, agent_id: str, *, url: str | None = None) -> None:
+    def __init__(self, conn: Any, schema: str, agent_id: str, *, url: str | None = None, pooled: bool = True) -> None:
         self.conn = conn
         self.schema = schema
         self.agent_id = agent_id
-        self._url = url  # set when the connection was borrowed for this log alone
+        self._url = url  # set when the connection is this log's alone: ``close`` gives it back (or closes it)
+        self._pooled = pooled
 
     def close(self) -> None:
         if self._url is not None and self.conn is not None:
             from mdmemory.store.pg.connection import give_back
 
-            give_back(self._url, self.conn)
+            if self._pooled:
+                give_back(self._url, self.conn)
+            else:
+                self.conn.close()
             self.conn = None
 
     def __enter__(self) -> PgEntryLog:
