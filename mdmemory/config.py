@@ -27,7 +27,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from types import NoneType, UnionType
@@ -206,6 +206,9 @@ class AgentConfig:
     user_timezone: str | None = None  # IANA name; None -> the local time zone
     compaction: CompactionConfig = field(default_factory=CompactionConfig)
     session_context: SessionContextConfig = field(default_factory=SessionContextConfig)
+    # False in a ``mdmemory serve`` replica that does not hold this agent's files (``service.remoteAgents``):
+    # it retains into the shared store's entries and reads file text from the index (README "Service replicas")
+    files_here: bool = True
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,8 @@ class ServiceConfig:
     # Processes answering recalls beside the service's own (mdmemory.service.recallpool): None is one per
     # core up to 4 (none on one core); 0 answers every recall in the service's process.
     recall_workers: int | None = None
+    # agents whose files this replica does not hold ("*": every agent); MDMEMORY_REMOTE_AGENTS wins
+    remote_agents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -309,6 +314,7 @@ AGENT_RANGES: dict[str, _Range] = {
     "compaction.memoryFlush.softThresholdTokens": _Range(0),
     "sessionContext.maxChars": _Range(1000),
 }
+REMOTE_ENV = "MDMEMORY_REMOTE_AGENTS"
 # Bounds of the top-level ``service`` keys.
 SERVICE_RANGES: dict[str, _Range] = {
     "port": _Range(0, 65535),
@@ -777,4 +783,27 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         stores[agent.store_path] = agent.id
         built.append(agent)
     built[default_at or 0] = replace(built[default_at or 0], default=True)
+    remote = remote_agents(service.remote_agents, env)
+    for i, agent in enumerate(built):
+        if is_remote(agent.id, remote):
+            if agent.memory_search.store.backend != "postgres":
+                raise ld.error(
+                    "service.remoteAgents",
+                    f"agent {agent.id!r} is named there (or in {REMOTE_ENV}), but its index is in SQLite on the "
+                    "host that holds its files: a replica without them needs the shared store. Fix: set "
+                    'memorySearch.store.backend to "postgres" for it, or serve it from the host with its files',
+                )
+            built[i] = replace(agent, files_here=False)
     return Config(home=home, source=source, agents=tuple(built), ignored_keys=tuple(ld.ignored), service=service)
+
+
+def remote_agents(configured: Sequence[str], env: Mapping[str, str]) -> frozenset[str]:
+    """The agents whose files this host does not hold (``"*"``: all): ``service.remoteAgents``, or the
+    comma-separated ``MDMEMORY_REMOTE_AGENTS`` instead when it is set."""
+    raw = env.get(REMOTE_ENV)
+    names = raw.split(",") if raw is not None else configured
+    return frozenset(n.strip() for n in names if n.strip())
+
+
+def is_remote(agent_id: str, remote: frozenset[str]) -> bool:
+    return "*" in remote or agent_id in remote

@@ -55,7 +55,8 @@ def build_status(mem: Memory) -> dict[str, Any]:
     provider = choice.provider
     path = mem.agent.store_path
     health = read_health(path)
-    warnings = _workspace_warnings(mem)
+    here = mem.agent.files_here  # False: a replica without the agent's files (service.remoteAgents)
+    warnings = _workspace_warnings(mem) if here else []
     store: IndexStore | None = None
     fault: StoreError | None = None
     index: dict[str, Any] = {**dict.fromkeys(_INDEX_FIELDS), "lastSyncSeconds": None, "staleFiles": []}
@@ -69,7 +70,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
         mem.release_store()  # the next use opens it again: it may be repaired or writable by then
-    if store is not None and fault is None:
+    if store is not None and fault is None and here:
         with contextlib.suppress(StoreError, *store_errors()):
             warnings[:0] = roots.warnings(mem.workspace.missing_roots(), store.files())
     if not mem.settings.enabled:
@@ -102,6 +103,12 @@ def build_status(mem: Memory) -> dict[str, Any]:
         "worker": catchup.worker_state(mem),
         "warnings": warnings,
     }
+    if not here:
+        out.update(filesHere=False, staleFiles=[], watcher={"running": False, "reason": "files on another host"})
+    log = store.entry_log() if store is not None and fault is None else None
+    if log is not None:  # the shared store: what replicas without the files retained and forgot, not in them yet
+        with contextlib.suppress(StoreError, *store_errors()):
+            out["entries"] = log.stats()
     if choice.fallback:
         out["fallback"] = choice.fallback
     if provider is not None:

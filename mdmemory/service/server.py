@@ -19,7 +19,7 @@ from typing import Any
 from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
-from mdmemory.service.agents import Agents
+from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.telemetry import Telemetry
 
@@ -71,6 +71,8 @@ class BackgroundIndexer:
 
         while not self._stop.wait(INDEX_EVERY_SECONDS):
             for agent in self.agents.opened():
+                if agent.drainer is not None and not self._stop.is_set():
+                    self._drain(agent)
                 if not agent.dirty or self._stop.is_set():
                     continue
                 agent.dirty = False
@@ -82,6 +84,17 @@ class BackgroundIndexer:
                 except (MdMemoryError, OSError):
                     status = "failed"  # status shows it (lastError); the next retain or search tries again
                 self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
+
+    def _drain(self, agent: Agent) -> None:
+        """Write what replicas without the agent's files retained and forgot into them (mdmemory.service.drain)."""
+        assert agent.drainer is not None
+        try:
+            report = agent.drainer.run_once()
+        except (MdMemoryError, OSError):
+            return  # the database or the workspace is away: the next pass tries again
+        if report is not None:
+            agent.dirty = True
+            agent.memory.changed()
 
 
 def serve(
@@ -107,7 +120,7 @@ def serve(
     token = token_of(config, env)
     check_bind(host, token)
     telemetry = Telemetry()
-    agents = Agents(config)
+    agents = Agents(config, env)
     indexer = BackgroundIndexer(agents, telemetry)
     workers = config.service.recall_workers if recall_workers is None else recall_workers
     pool = RecallPool(config, default_size() if workers is None else workers)

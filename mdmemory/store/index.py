@@ -546,6 +546,17 @@ class Store(FtsSearch, SqliteLifecycle):
         ).fetchall()
         return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
 
+    def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
+        if not needles:
+            return []
+        found = " OR ".join("instr(text, ?) > 0" for _ in needles)
+        sql = f"SELECT DISTINCT path FROM chunks WHERE source = ? AND ({found}) ORDER BY path"
+        return [r[0] for r in self.conn.execute(sql, (source, *needles)).fetchall()]
+
+    def entry_log(self) -> None:
+        """SQLite keeps no entries: a replica without an agent's files needs the shared PostgreSQL store."""
+        return None
+
     def counts(self) -> dict[str, int]:
         one = lambda sql: int(self.conn.execute(sql).fetchone()[0])  # noqa: E731
         vectors = self.vector_count()

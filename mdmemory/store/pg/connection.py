@@ -79,13 +79,14 @@ def _release_locks(conn: Any) -> None:
     conn.commit()
 
 
-def borrow(url: str) -> Any:
-    """A connection from the process's pool for ``url`` (opened as needed)."""
+def borrow(url: str, wait: float = POOL_WAIT_SECONDS) -> Any:
+    """A connection from the process's pool for ``url`` (opened as needed), waiting ``wait`` seconds at most
+    (for a free one, or for the server to answer again)."""
     psycopg = _psycopg()
     from psycopg_pool import PoolTimeout
 
     try:
-        conn = _pool(url).getconn(timeout=POOL_WAIT_SECONDS)
+        conn = _pool(url).getconn(timeout=wait)
     except PoolTimeout as exc:
         raise _unavailable(url, exc) from None
     except psycopg.Error as exc:

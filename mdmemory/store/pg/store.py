@@ -25,8 +25,9 @@ from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrow, give_back, shown_url
+from mdmemory.store.pg.entries import PgEntryLog
 from mdmemory.store.pg.indexing import PgIndexing
-from mdmemory.store.pg.schema import check_schema_name, migrate
+from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
 
 if TYPE_CHECKING:
@@ -40,9 +41,6 @@ def _lock_key(agent_id: str, purpose: str = "writer") -> int:
     """A signed 64-bit advisory lock key for the agent's writer (or embedding) lock."""
     digest = hashlib.sha256(f"mdmemory-{purpose}\0{agent_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-_migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
 
 
 class PgStore(PgIndexing, PgSearching):
@@ -59,9 +57,7 @@ class PgStore(PgIndexing, PgSearching):
         self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
         self.conn = borrow(url)
         try:
-            if (url, self.schema) not in _migrated:
-                migrate(self.conn, self.schema)
-                _migrated.add((url, self.schema))
+            ensure_migrated(self.conn, url, self.schema)
             self.gen = self._live_generation() if generation is None else generation
         except BaseException:
             give_back(url, self.conn)
@@ -74,6 +70,10 @@ class PgStore(PgIndexing, PgSearching):
         if self.conn is not None:
             give_back(self.url, self.conn)
             self.conn = None
+
+    def entry_log(self) -> PgEntryLog:
+        """The agent's retained entries and tombstones, on this store's connection."""
+        return PgEntryLog(self.conn, self.schema, self.agent_id)
 
     def reopen(self) -> None:
         """A fresh connection (the old one may have been dropped by the server), following the live generation."""
