@@ -59,7 +59,12 @@ def build_status(mem: Memory) -> dict[str, Any]:
     warnings = _workspace_warnings(mem) if here else []
     store: IndexStore | None = None
     fault: StoreError | None = None
-    index: dict[str, Any] = {**dict.fromkeys(_INDEX_FIELDS), "lastSyncSeconds": None, "staleFiles": []}
+    index: dict[str, Any] = {
+        **dict.fromkeys(_INDEX_FIELDS),
+        "lastSyncSeconds": None,
+        "staleFiles": [],
+        "otherSources": {},
+    }
     matches = True
     try:
         store = mem.store
@@ -154,6 +159,7 @@ def _index_fields(
         "lastSync": _iso(last["at"]) if last else None,
         "lastSyncSeconds": last["report"]["seconds"] if last else None,
         "staleFiles": indexer.stale_files(),
+        "otherSources": _other_sources(store, mem.workspace.sources),
     }
     return fields, matches, store.get_meta("lastError")
 
@@ -244,3 +250,15 @@ def _shown_error(entry: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _other_sources(store: IndexStore, mine: frozenset[str]) -> dict[str, dict[str, int]]:
+    """Files and chunks in the index (counted in ``files``/``chunks``) from sources this config neither
+    keeps up to date nor searches, e.g. ``sessions`` rows indexed by ``mdmemory serve``."""
+    other: dict[str, dict[str, int]] = {}
+    for row in store.files().values():
+        if row.source not in mine:
+            seen = other.setdefault(row.source, {"files": 0, "chunks": 0})
+            seen["files"] += 1
+            seen["chunks"] += row.chunks
+    return other

@@ -251,3 +251,15 @@ def test_a_process_without_the_sessions_source_never_prunes_the_rows_of_one_with
     found = with_sessions.search("reindeer tracker port", min_score=0)["results"]
     assert found[0]["path"] == "sessions/2026-11-23.md"  # still indexed: nothing to re-index
     assert with_sessions.indexer.changed_files() == []
+
+
+def test_status_counts_the_rows_of_sources_it_does_not_search(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    write(workspace / "MEMORY.md", "# Memory\n\nThe reindeer tracker is a Go program.\n")
+    write(workspace / "sessions" / "2026-11-23.md", TURN)
+    make_memory({"sources": SESSIONS}, provider="none").sync()
+    without = make_memory(provider="none")
+    status = without.status()
+    assert status["otherSources"] == {"sessions": {"files": 1, "chunks": 1}}
+    assert status["files"] == 2  # the index holds both; this config searches MEMORY.md only
