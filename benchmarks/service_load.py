@@ -253,7 +253,9 @@ def main() -> None:
             if args.only and name != args.only:
                 continue
             cfg = write_config(root / f"{name}.json", ws, provider, f"{{home}}/state/{name}/{{agentId}}.sqlite")
-            shutil.rmtree(ws / "sessions", ignore_errors=True)  # no turns retained by an earlier run or phase
+            # no turns retained by an earlier run or phase; the folder stays (a missing one holds its rows)
+            shutil.rmtree(ws / "sessions", ignore_errors=True)
+            (ws / "sessions").mkdir()
             t = time.perf_counter()
             indexed = run(["index", "--config", str(cfg)], env)
             status = run(["status", "--config", str(cfg)], env)
