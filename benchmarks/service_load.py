@@ -135,6 +135,23 @@ class Server:
         self.log.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of ``pid`` and its live children (the recall workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def queries(n: int) -> list[dict[str, Any]]:
     rng = random.Random(11)
     out = []
@@ -182,9 +199,12 @@ def recall_load(server: Server, bodies: list[dict[str, Any]]) -> dict[str, Any]:
                     errors += 1
         conn.close()
 
+    cpu = cpu_seconds(server.proc.pid)
     wall = run_clients(client)
+    cpu = cpu_seconds(server.proc.pid) - cpu
     q = statistics.quantiles(latencies, n=100)
     return {
+        "serverCpuMsPerRecall": round(cpu * 1000 / max(1, len(latencies)), 2),
         "requests": len(latencies),
         "errors": errors,
         "p50Ms": round(q[49], 1),
