@@ -28,13 +28,14 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mdmemory.query import WORD, contains_all_terms, fold, query_terms
 from mdmemory.redaction import redact
-from mdmemory.search import Hit, _fold, contains_all_terms, log_date, low_confidence_picks, query_terms
+from mdmemory.scoring import log_date, low_confidence_picks
+from mdmemory.search import Hit
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 from mdmemory.workspace import ROOT_FILES
@@ -46,7 +47,6 @@ NEAR_DUPLICATE = 0.8  # word-set Jaccard at or above which two items say the sam
 FOCUS_LINES = 2
 CONTEXT_LINES = 1
 WIDEN_TOP = 2
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 LinesOf = Callable[[str], "list[str] | None"]
 """A file's lines (``\\n``-split, ``\\r\\n`` normalised) by workspace-relative path; None when unreadable."""
@@ -305,7 +305,7 @@ class _Selection:
         if full and not touching and not self.explain:
             return _receipt(rank, hit, ref, "excluded", "max_items")
         item = _item(c.path, c.source, f, lo, hi, hit.score, low)
-        words = set(_WORD.findall(_fold(item.text)))
+        words = set(WORD.findall(fold(item.text)))
         if touching:
             first = self.slots[touching[0]]
             assert first is not None

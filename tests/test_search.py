@@ -12,17 +12,9 @@ from mdmemory.agent.schemas import SEARCH_OUTPUT, call_tool
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory
-from mdmemory.search import (
-    LOW_CONFIDENCE_SHARE,
-    cjk_match,
-    contains_all_terms,
-    fuse_rrf,
-    fuse_weighted,
-    low_confidence_picks,
-    make_snippet,
-    normalise_bm25,
-    query_terms,
-)
+from mdmemory.query import cjk_match, contains_all_terms, query_terms
+from mdmemory.scoring import LOW_CONFIDENCE_SHARE, fuse_rrf, fuse_weighted, low_confidence_picks, normalise_bm25
+from mdmemory.snippets import make_snippet
 from mdmemory.store.fts import fts_match
 from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import both_backends, write
@@ -339,7 +331,7 @@ def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_m
 
 def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
     """A concurrent writer can add chunks between reading the chunk count and counting a term."""
-    from mdmemory.search import term_weights
+    from mdmemory.scoring import term_weights
 
     class Racing:
         def chunk_count(self) -> int:
