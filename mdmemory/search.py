@@ -163,12 +163,10 @@ def search(
     reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])
     # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
-    chunks = store.chunks_by_ids(ranked if reorder else ranked[: max_results * 2])
-    if sources is not None:
-        chunks = {rid: c for rid, c in chunks.items() if c.source in sources}
-        if not reorder and len(chunks) < max_results and len(ranked) > max_results * 2:  # left out: look deeper
-            deeper = store.chunks_by_ids(ranked[max_results * 2 :])
-            chunks.update({rid: c for rid, c in deeper.items() if c.source in sources})
+    chunks = _chunks(store, ranked if reorder else ranked[:max_results], sources)
+    if not reorder and len(chunks) < max_results and len(ranked) > max_results:
+        # some vanished meanwhile (a writer replaced their file) or are of other sources: look deeper
+        chunks.update(_chunks(store, ranked[max_results:], sources))
     if decay.enabled:
         day = today or date.today()
         scores = {
@@ -188,6 +186,11 @@ def search(
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
     return SearchOutcome(hits[:max_results], mode, snippet_terms, notes)
+
+
+def _chunks(store: SearchStore, ids: list[int], sources: Collection[str] | None) -> dict[int, ChunkRow]:
+    found = store.chunks_by_ids(ids)
+    return found if sources is None else {rid: c for rid, c in found.items() if c.source in sources}
 
 
 def _prune_common(store: SearchStore, terms: list[str]) -> list[str]:

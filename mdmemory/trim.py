@@ -11,6 +11,7 @@ after it, and the section's heading line when only blank lines separate it from 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -124,7 +125,7 @@ class TermMatcher:
         self.cjk = [(term, t) for term, t in folded if CJK_RUN.fullmatch(t)]
         self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and WORD.fullmatch(t)]
         alternatives = sorted({a for _, t in self.words for a in _alternatives(t)}, key=len, reverse=True)
-        self.pattern = re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)") if alternatives else None
+        self.pattern = _words_pattern(tuple(alternatives)) if alternatives else None
         self._memo: dict[str, tuple[str, ...]] = {}
 
     def held(self, line: str) -> set[str]:
@@ -138,6 +139,12 @@ class TermMatcher:
                     terms = self._memo[word] = tuple(term for term, t in self.words if same_stem(word, t))
                 found.update(terms)
         return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _words_pattern(alternatives: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern per set of query words (``re``'s own cache of 512 churns under a service's many queries)."""
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)")
 
 
 def line_terms(line: str, terms: Sequence[str]) -> set[str]:
