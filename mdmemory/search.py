@@ -163,10 +163,11 @@ def search(
     reorder = decay.enabled or mmr.enabled
     ranked = sorted(scores, key=lambda rid: -scores[rid])
     # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
-    chunks = _chunks(store, ranked if reorder else ranked[:max_results], sources)
-    if not reorder and len(chunks) < max_results and len(ranked) > max_results:
+    # (twice the results asked for: ties at the cut are then broken by path and line, as below, on every store)
+    chunks = _chunks(store, ranked if reorder else ranked[: max_results * 2], sources)
+    if not reorder and len(chunks) < max_results and len(ranked) > max_results * 2:
         # some vanished meanwhile (a writer replaced their file) or are of other sources: look deeper
-        chunks.update(_chunks(store, ranked[max_results:], sources))
+        chunks.update(_chunks(store, ranked[max_results * 2 :], sources))
     if decay.enabled:
         day = today or date.today()
         scores = {

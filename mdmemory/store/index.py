@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 import sqlean
 
 from mdmemory.errors import StoreError
+from mdmemory.store.cache import EmbeddingCache
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
 from mdmemory.store.fts import FtsSearch
 from mdmemory.store.knn import VectorReads
 from mdmemory.store.lifecycle import SqliteLifecycle
-from mdmemory.store.schema import SCHEMA_VERSION, migrate
+from mdmemory.store.schema import check_ours, check_readable_schema, migrate
 from mdmemory.store.sql import rows_in
-from mdmemory.store.vectors import decode_vector, encode_vector
+from mdmemory.store.vectors import encode_vector
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,7 +66,7 @@ class ChunkRow:
     id: int | None = None
 
 
-class Store(FtsSearch, VectorReads, SqliteLifecycle):
+class Store(FtsSearch, VectorReads, EmbeddingCache, SqliteLifecycle):
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
@@ -118,7 +119,7 @@ class Store(FtsSearch, VectorReads, SqliteLifecycle):
         if conn is None:
             conn = connect(self.path, readonly=True)
             try:
-                _check_readable_schema(conn, self.path, self.readonly_reason)
+                check_readable_schema(conn, self.path, self.readonly_reason)
             except BaseException:
                 conn.close()
                 raise
@@ -128,7 +129,7 @@ class Store(FtsSearch, VectorReads, SqliteLifecycle):
     def _open_writer(self) -> sqlean.Connection:
         conn = connect(self.path)
         try:
-            _check_ours(conn, self.path)
+            check_ours(conn, self.path)
             migrate(conn)
         except StoreError:
             conn.close()
@@ -423,81 +424,6 @@ class Store(FtsSearch, VectorReads, SqliteLifecycle):
             "vectors": vectors,
             "cacheEntries": one("SELECT count(*) FROM embedding_cache"),
         }
-
-    # -- embedding cache --------------------------------------------------------------------------
-    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        sql = (
-            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-            "AND hash IN ({marks})"
-        )
-        return {h: decode_vector(blob) for h, blob in rows_in(self.conn, sql, hashes, (provider, model, key))}
-
-    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
-        now = time.time()
-        with self._tx():
-            self.conn.executemany(
-                "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(provider, model, key, h, int(v.shape[0]), encode_vector(v), now) for h, v in items.items()],
-            )
-
-    def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
-        """Mark cache entries as recently used so pruning keeps them."""
-        now = time.time()
-        with self._tx():
-            self.conn.executemany(
-                "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
-                "AND hash = ?",
-                [(now, provider, model, key, h) for h in dict.fromkeys(hashes)],
-            )
-
-    def cache_prune(self, max_entries: int) -> int:
-        """Delete the oldest cache entries beyond ``max_entries``; returns how many were removed."""
-        total = int(self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0])
-        excess = total - max_entries
-        if excess <= 0:
-            return 0
-        with self._tx():
-            self.conn.execute(
-                "DELETE FROM embedding_cache WHERE (provider, model, provider_key, hash) IN "
-                "(SELECT provider, model, provider_key, hash FROM embedding_cache ORDER BY updated_at LIMIT ?)",
-                (excess,),
-            )
-        return excess
-
-
-def _check_ours(conn: sqlean.Connection, path: Path) -> None:
-    """Refuse to add our tables to a database that is not an mdmemory index (a foreign file or WAL)."""
-    if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
-        return
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
-    if names:
-        raise StoreError(
-            f"{path} is not an mdmemory index (no schema version, tables {', '.join(names)}): if it is a damaged "
-            "index, run `mdmemory index --force` to move it aside and rebuild it from the memory files; "
-            "otherwise set memorySearch.store.path to a new file",
-            kind="foreign",
-        )
-
-
-def _check_readable_schema(conn: sqlean.Connection, path: Path, why: str | None) -> None:
-    """A read-only index must already be at this version's schema: migrations need to write."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
-        return
-    because = f": {why}" if why else ""
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"the index {path} has schema version {version}, newer than this mdmemory ({SCHEMA_VERSION}): "
-            "upgrade mdmemory",
-            kind="schema",
-        )
-    raise StoreError(
-        f"the index {path} has schema version {version} and this mdmemory needs {SCHEMA_VERSION}, but it cannot be "
-        f"upgraded while it is read-only{because}; make it writable once (any `mdmemory index` upgrades it), or "
-        "set memorySearch.store.path to a writable place",
-        kind="schema",
-    )
 
 
 def _inode(path: Path) -> int | None:
