@@ -24,8 +24,6 @@ from mdmemory.agent.flush import (
     workspace_writable,
 )
 from mdmemory.config import (
-    DEFAULT_FLUSH_PROMPT,
-    DEFAULT_FLUSH_SYSTEM_PROMPT,
     AgentConfig,
     CompactionConfig,
     ConfigError,
@@ -33,6 +31,7 @@ from mdmemory.config import (
     load_config,
 )
 from mdmemory.errors import StoreError
+from mdmemory.settings import DEFAULT_FLUSH_PROMPT, DEFAULT_FLUSH_SYSTEM_PROMPT
 from tests.agent_helpers import agent_config, run_cli, write_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"
