@@ -85,6 +85,11 @@ class IndexStore(SearchStore, Protocol):
         """Remove what a killed writer left behind (called under the writer lock)."""
         ...
 
+    def settle(self) -> None:
+        """Make what the last writes deferred ready for readers (at the end of a sync, and of a rebuild before
+        it is switched in): PostgreSQL builds the vector index of a generation loaded without one."""
+        ...
+
     def begin_rebuild(self) -> IndexStore:
         """An empty index beside the live one (seeded with the embedding cache) for a rebuild to fill."""
         ...

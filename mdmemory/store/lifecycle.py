@@ -53,6 +53,9 @@ class SqliteLifecycle:
     def tidy(self) -> None:
         remove_orphans(self.path)
 
+    def settle(self) -> None:
+        """Nothing is deferred: sqlite-vec's index takes each vector as it is written."""
+
     def begin_rebuild(self) -> Store:
         from mdmemory.store.index import Store
 

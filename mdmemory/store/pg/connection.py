@@ -13,6 +13,7 @@ import threading
 from typing import Any
 
 from mdmemory.errors import StoreError
+from mdmemory.store.pg import codec
 from mdmemory.storeconfig import URL_ENV as URL_ENV
 from mdmemory.storeconfig import shown_url as shown_url
 
@@ -29,6 +30,7 @@ def _psycopg() -> Any:
         raise StoreError(
             'store.backend "postgres" needs psycopg: pip install "mdmemory[postgres]"', kind="config"
         ) from exc
+    codec.register()
     return psycopg
 
 

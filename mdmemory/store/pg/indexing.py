@@ -12,6 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.index import ChunkRow, ChunkVectors
+from mdmemory.store.pg import codec
 from mdmemory.store.pg import vectors as vector_sql
 
 if TYPE_CHECKING:
@@ -22,12 +23,6 @@ _CHUNK_COLUMNS = "id, path, source, start_line, end_line, hash, embed_hash, head
 
 def _chunk(r: Sequence[Any]) -> ChunkRow:
     return ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0]))
-
-
-def _array(values: Sequence[float]) -> np.ndarray:
-    import numpy as np
-
-    return np.asarray(values, dtype=np.float32)
 
 
 class PgIndexing:
@@ -132,14 +127,14 @@ class PgIndexing:
         import numpy as np
 
         sql = (
-            f"SELECT chunk_id, hash, embedding::real[] FROM {self.schema}.vectors WHERE agent_id = %s AND gen = %s "
-            "AND chunk_id = ANY(%s) ORDER BY id"
+            f"SELECT chunk_id, hash, vector_send(embedding) FROM {self.schema}.vectors WHERE agent_id = %s "
+            "AND gen = %s AND chunk_id = ANY(%s) ORDER BY id"
         )
         grouped: dict[int, tuple[list[str], list[np.ndarray]]] = {}
         for cid, digest, values in self._rows(sql, (self.agent_id, self.gen, list(chunk_ids))):
             hashes, vecs = grouped.setdefault(int(cid), ([], []))
             hashes.append(str(digest))
-            vecs.append(_array(values))
+            vecs.append(codec.array(values))
         return {cid: (hashes, np.stack(vecs)) for cid, (hashes, vecs) in grouped.items()}
 
     def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
@@ -147,10 +142,10 @@ class PgIndexing:
         if not hashes:
             return {}
         sql = (
-            f"SELECT DISTINCT ON (hash) hash, embedding::real[] FROM {self.schema}.vectors WHERE agent_id = %s "
+            f"SELECT DISTINCT ON (hash) hash, vector_send(embedding) FROM {self.schema}.vectors WHERE agent_id = %s "
             "AND gen = %s AND hash = ANY(%s)"
         )
-        return {str(h): _array(v) for h, v in self._rows(sql, (self.agent_id, self.gen, list(hashes)))}
+        return {str(h): codec.array(v) for h, v in self._rows(sql, (self.agent_id, self.gen, list(hashes)))}
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
@@ -160,7 +155,7 @@ class PgIndexing:
             f"SELECT chunk_id, max(1 - (embedding <=> %s::vector)) FROM {self.schema}.vectors "
             "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s) GROUP BY chunk_id"
         )
-        params = (vector_sql.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids))
+        params = (codec.param(query), self.agent_id, self.gen, len(query), list(chunk_ids))
         return {int(r[0]): float(r[1]) for r in self._rows(sql, params)}
 
     def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
@@ -172,7 +167,7 @@ class PgIndexing:
             "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s)"
         )
         out: dict[int, dict[str, float]] = {}
-        params = (vector_sql.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids))
+        params = (codec.param(query), self.agent_id, self.gen, len(query), list(chunk_ids))
         for cid, digest, sim in self._rows(sql, params):
             out.setdefault(int(cid), {})[str(digest)] = float(sim)
         return out
@@ -182,11 +177,11 @@ class PgIndexing:
         if not hashes:
             return {}
         sql = (
-            f"SELECT hash, embedding::real[] FROM {self.schema}.embedding_cache WHERE agent_id = %s AND provider = %s "
-            "AND model = %s AND provider_key = %s AND hash = ANY(%s)"
+            f"SELECT hash, vector_send(embedding) FROM {self.schema}.embedding_cache WHERE agent_id = %s "
+            "AND provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s)"
         )
         params = (self.agent_id, provider, model, key, list(dict.fromkeys(hashes)))
-        return {str(h): _array(v) for h, v in self._rows(sql, params)}
+        return {str(h): codec.array(v) for h, v in self._rows(sql, params)}
 
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         now = time.time()
@@ -196,10 +191,7 @@ class PgIndexing:
                 "embedding, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (agent_id, "
                 "provider, model, provider_key, hash) DO UPDATE SET dims = EXCLUDED.dims, embedding = "
                 "EXCLUDED.embedding, updated_at = EXCLUDED.updated_at",
-                [
-                    (self.agent_id, provider, model, key, h, len(v), vector_sql.literal(v), now)
-                    for h, v in items.items()
-                ],
+                [(self.agent_id, provider, model, key, h, len(v), codec.param(v), now) for h, v in items.items()],
             )
 
     def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
@@ -234,8 +226,8 @@ class PgIndexing:
         )
         for provider, model, key in groups:
             rows = self._rows(
-                f"SELECT hash, embedding::real[] FROM {self.schema}.embedding_cache WHERE agent_id = %s AND "
+                f"SELECT hash, vector_send(embedding) FROM {self.schema}.embedding_cache WHERE agent_id = %s AND "
                 "provider = %s AND model = %s AND provider_key = %s",
                 (self.agent_id, provider, model, key),
             )
-            yield (str(provider), str(model), str(key)), {str(h): _array(v) for h, v in rows}
+            yield (str(provider), str(model), str(key)), {str(h): codec.array(v) for h, v in rows}

@@ -12,8 +12,10 @@ generation's mean. Ranks are negative, best first, like FTS5's.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.terms import text_terms
 from mdmemory.tokens import CJK_RUN
 
@@ -46,45 +48,79 @@ def cjk_trigrams(text: str) -> tuple[dict[str, int], int]:
     return grams, max(len(text) - 2, 0)
 
 
-def add_postings(cur: Any, schema: str, agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str | None]]) -> int:
-    """Write the term postings and CJK trigrams of ``(chunk id, text, heading)`` rows and count them into
-    ``token_totals``; returns the tokens added. Call inside the transaction that wrote the chunks."""
-    rows: list[tuple[str, int, str, int, int, int]] = []
-    gram_rows: list[tuple[str, int, str, int, int]] = []
-    added = [0, 0, 0]  # chunks, tokens, trigrams
+@dataclass
+class Postings:
+    """What the keyword index holds for some chunks: each chunk's length in tokens and in trigrams, its
+    postings rows and its CJK trigram rows, and the totals to add to the generation's."""
+
+    lengths: list[tuple[int, int]] = field(default_factory=list)
+    postings: list[tuple[str, int, str, int, int, int]] = field(default_factory=list)
+    grams: list[tuple[str, int, str, int, int]] = field(default_factory=list)
+    tokens: int = 0
+    trigrams: int = 0
+
+
+def postings_for(agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str | None]]) -> Postings:
+    """The keyword rows of ``(chunk id, text, heading)`` chunks (``write_postings`` stores them)."""
+    out = Postings()
     for chunk_id, text, heading in chunks:
         postings, tokens = postings_of(text, heading)
         grams, trigrams = cjk_trigrams(text)
-        cur.execute(
-            f"UPDATE {schema}.chunks SET tokens = %s, trigrams = %s WHERE id = %s", (tokens, trigrams, chunk_id)
-        )
-        rows.extend((agent_id, gen, term, chunk_id, n[0], n[1]) for term, n in postings.items())
-        gram_rows.extend((agent_id, gen, gram, chunk_id, tf) for gram, tf in grams.items())
-        added = [added[0] + 1, added[1] + tokens, added[2] + trigrams]
-    if rows:
-        cur.executemany(
-            f"INSERT INTO {schema}.postings (agent_id, gen, term, chunk_id, in_text, in_heading) "
-            "VALUES (%s, %s, %s, %s, %s, %s)",
-            rows,
-        )
-    if gram_rows:
-        cur.executemany(
-            f"INSERT INTO {schema}.grams (agent_id, gen, gram, chunk_id, tf) VALUES (%s, %s, %s, %s, %s)", gram_rows
-        )
-    _count(cur, schema, agent_id, gen, *added)
-    return added[1]
+        out.lengths.append((tokens, trigrams))
+        out.postings.extend((agent_id, gen, term, chunk_id, n[0], n[1]) for term, n in postings.items())
+        out.grams.extend((agent_id, gen, gram, chunk_id, tf) for gram, tf in grams.items())
+        out.tokens += tokens
+        out.trigrams += trigrams
+    return out
+
+
+def write_postings(cur: Any, schema: str, agent_id: str, gen: int, rows: Postings) -> None:
+    """COPY the postings and trigrams of chunks just written (with their lengths) and count them into
+    ``token_totals``. Call inside the transaction that wrote the chunks."""
+    if rows.postings:
+        with cur.copy(
+            f"COPY {schema}.postings (agent_id, gen, term, chunk_id, in_text, in_heading) FROM STDIN"
+        ) as copy:
+            for row in rows.postings:
+                copy.write_row(row)
+    if rows.grams:
+        with cur.copy(f"COPY {schema}.grams (agent_id, gen, gram, chunk_id, tf) FROM STDIN") as copy:
+            for gram_row in rows.grams:
+                copy.write_row(gram_row)
+    _count(cur, schema, agent_id, gen, len(rows.lengths), rows.tokens, rows.trigrams)
+
+
+def add_postings(cur: Any, schema: str, agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str | None]]) -> int:
+    """Index ``(chunk id, text, heading)`` rows of chunks already inserted (with no lengths yet); returns the
+    tokens added. The store writes new chunks with their lengths at once instead (``PgStore.replace_file``)."""
+    listed = list(chunks)
+    rows = postings_for(agent_id, gen, listed)
+    cur.executemany(
+        f"UPDATE {schema}.chunks SET tokens = %s, trigrams = %s WHERE id = %s",
+        [(tokens, trigrams, cid) for (cid, _, _), (tokens, trigrams) in zip(listed, rows.lengths, strict=True)],
+    )
+    write_postings(cur, schema, agent_id, gen, rows)
+    return rows.tokens
 
 
 def remove_chunks(cur: Any, schema: str, agent_id: str, gen: int, chunk_ids: Sequence[int]) -> None:
-    """Delete chunks (their postings, trigrams and vectors go with them) and take them out of the totals."""
+    """Delete chunks with their postings, trigrams and vectors, and take them out of the totals."""
     if not chunk_ids:
         return
+    ids = list(chunk_ids)
+    where = "agent_id = %s AND gen = %s AND chunk_id = ANY(%s)"
+    for table in ("postings", "grams"):
+        cur.execute(f"DELETE FROM {schema}.{table} WHERE {where}", (agent_id, gen, ids))
+    cur.execute(f"DELETE FROM {schema}.vectors WHERE {where} RETURNING chunk_id", (agent_id, gen, ids))
+    vectors = [int(r[0]) for r in cur.fetchall()]
     cur.execute(
         f"DELETE FROM {schema}.chunks WHERE agent_id = %s AND gen = %s AND id = ANY(%s) RETURNING tokens, trigrams",
-        (agent_id, gen, list(chunk_ids)),
+        (agent_id, gen, ids),
     )
     gone = cur.fetchall()
     _count(cur, schema, agent_id, gen, -len(gone), -sum(int(r[0]) for r in gone), -sum(int(r[1]) for r in gone))
+    if vectors:
+        vector_sql.count(cur, schema, agent_id, gen, -len(vectors), -len(set(vectors)))
 
 
 def _count(cur: Any, schema: str, agent_id: str, gen: int, chunks: int, tokens: int, trigrams: int) -> None:

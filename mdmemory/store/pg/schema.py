@@ -22,7 +22,7 @@ from typing import Any
 
 from mdmemory.errors import StoreError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -102,7 +102,23 @@ def _m2_sync_state(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
-MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial, 2: _m2_sync_state}
+def _m3_bulk_writes(cur: Any, s: str) -> None:
+    """Writes in bulk: postings, trigrams and vectors lose their foreign keys to ``chunks`` (a per-row
+    trigger: a fifth of a sync's database time; ``keyword.remove_chunks`` deletes them with their chunks),
+    so a file's rows go in by COPY; each generation counts its vectors and the chunks that have them (the
+    search reads how many vectors a chunk has from there instead of counting them every time)."""
+    for statement in (
+        *(f"ALTER TABLE {s}.{t} DROP CONSTRAINT IF EXISTS {t}_chunk_id_fkey" for t in ("postings", "grams", "vectors")),
+        f"ALTER TABLE {s}.token_totals ADD COLUMN vectors bigint NOT NULL DEFAULT 0",
+        f"ALTER TABLE {s}.token_totals ADD COLUMN vector_chunks bigint NOT NULL DEFAULT 0",
+        f"""UPDATE {s}.token_totals t SET vectors = v.n, vector_chunks = v.chunks FROM (SELECT agent_id, gen,
+            count(*) AS n, count(DISTINCT chunk_id) AS chunks FROM {s}.vectors GROUP BY agent_id, gen) v
+            WHERE t.agent_id = v.agent_id AND t.gen = v.gen""",
+    ):
+        cur.execute(statement)
+
+
+MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial, 2: _m2_sync_state, 3: _m3_bulk_writes}
 
 
 def migrate(conn: Any, schema: str) -> int:

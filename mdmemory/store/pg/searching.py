@@ -93,10 +93,11 @@ class PgSearching:
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
         with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
+            cur.execute(  # how many vectors (windows) a chunk has, on average
+                f"SELECT vectors::float / greatest(vector_chunks, 1) FROM {self.schema}.token_totals "
                 "WHERE agent_id = %s AND gen = %s",
                 (self.agent_id, self.gen),
             )
-            per_chunk = float(cur.fetchone()[0] or 1.0)
+            row = cur.fetchone()
+            per_chunk = float(row[0]) if row and row[0] else 1.0
             return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
 from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
-from mdmemory.store.pg import keyword
+from mdmemory.store.pg import keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrow, give_back, shown_url
 from mdmemory.store.pg.indexing import PgIndexing
@@ -69,6 +69,7 @@ class PgStore(PgIndexing, PgSearching):
         self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
+        self._indexed: set[tuple[int, int]] = set()  # (generation, dims) known to have a valid HNSW index
 
     def close(self) -> None:
         if self.conn is not None:
@@ -134,7 +135,7 @@ class PgStore(PgIndexing, PgSearching):
 
     def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
         """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
-        dropped by the next ``begin_rebuild``)."""
+        dropped by the next ``begin_rebuild``), and index the vectors a killed writer left without one."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(
@@ -143,6 +144,26 @@ class PgStore(PgIndexing, PgSearching):
             )
             for (old,) in cur.fetchall():
                 self._drop_generation(cur, int(old))
+        self.settle()
+
+    def settle(self) -> None:
+        """Build the HNSW index of the generation's vectors if it has none (see ``vectors.add_vectors``: a
+        first index or a rebuild is loaded without one, then indexed at once, ~4x cheaper than vector by
+        vector). One process builds it (an advisory lock per agent); the others go on without waiting."""
+        dims = self.vec_dims()
+        if dims is None or (self.gen, dims) in self._indexed:
+            return
+        key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
+        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+        self.conn.commit()
+        if not got:
+            return
+        try:
+            vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims)
+            self._indexed.add((self.gen, dims))
+        finally:
+            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            self.conn.commit()
 
     def begin_rebuild(self) -> PgStore:
         """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
@@ -152,6 +173,7 @@ class PgStore(PgIndexing, PgSearching):
 
     def finish_rebuild(self, built: IndexStore) -> None:
         assert isinstance(built, PgStore)
+        built.settle()
         built.close()
         self.switch_live(built.gen)
         self.analyze()
@@ -214,7 +236,7 @@ class PgStore(PgIndexing, PgSearching):
         s, a = self.schema, self.agent_id
         cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
         dims = [int(r[0]) for r in cur.fetchall()]
-        for table in ("vectors", "postings", "chunks", "files", "meta", "token_totals", "generations"):
+        for table in ("vectors", "postings", "grams", "chunks", "files", "meta", "token_totals", "generations"):
             cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
         vector_sql.drop_indexes(cur, s, a, gen, dims)
 
@@ -281,37 +303,16 @@ class PgStore(PgIndexing, PgSearching):
         s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
         with self.conn.transaction(), self.conn.cursor() as cur:
             self._delete_rows(cur, file.path, g)
-            ids: list[int] = []
-            for i, c in enumerate(chunks):
-                cur.execute(
-                    f"INSERT INTO {s}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
-                    "heading, text, tokens, pending) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s) "
-                    "RETURNING id",
-                    (
-                        a,
-                        g,
-                        file.path,
-                        file.source,
-                        c.start_line,
-                        c.end_line,
-                        c.hash,
-                        c.embed_hash,
-                        c.heading or None,
-                        c.text,
-                        vectors is not None and vectors[i] is None,
-                    ),
-                )
-                ids.append(int(cur.fetchone()[0]))
-            keyword.add_postings(cur, s, a, g, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
+            pending = [vectors is not None and vectors[i] is None for i in range(len(chunks))]
+            ids = rows.insert_chunks(cur, s, a, g, file, chunks, pending)
             if vectors is not None:
-                rows = [
+                stored = [
                     (cid, digest, row)
                     for cid, cv in zip(ids, vectors, strict=True)
                     if cv is not None
                     for digest, row in zip(cv[0], cv[1], strict=True)
                 ]
-                if rows:
-                    vector_sql.add_vectors(cur, s, a, g, rows)
+                vector_sql.add_vectors(cur, s, a, g, stored)
             cur.execute(
                 f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size, encoding_errors, indexed_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET "

@@ -10,13 +10,28 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from mdmemory.store.pg import codec
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_EF_SEARCH = 100  # candidates HNSW keeps while searching: recall of the exact top-k, see the tests
 MAX_WINDOWS_PER_CHUNK = 8
+BUILD_MEMORY_MAX_MB = 1024  # the most maintenance_work_mem an index build asks for (see build_index)
+
+
+@dataclass(frozen=True)
+class HnswParams:
+    """HNSW's build parameters: neighbours per element (``m``) and candidates kept while inserting."""
+
+    m: int = 16
+    ef_construction: int = 64
+
+
+DEFAULT_HNSW = HnswParams()
 
 
 def index_name(agent_id: str, gen: int, dims: int) -> str:
@@ -38,35 +53,113 @@ def _expression(dims: int) -> Any:
     return sql.SQL("(embedding::vector({}))").format(sql.Literal(int(dims)))
 
 
-def ensure_index(cur: Any, schema: str, agent_id: str, gen: int, dims: int) -> None:
-    """Create the HNSW index of an agent's generation for ``dims``-dimensional vectors, if missing."""
+def _create(schema: str, agent_id: str, gen: int, dims: int, params: HnswParams, concurrently: bool) -> Any:
     from psycopg import sql
 
-    cur.execute(
-        sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {}.vectors USING hnsw ({} vector_cosine_ops) WHERE {}").format(
-            sql.Identifier(index_name(agent_id, gen, dims)),
-            sql.Identifier(schema),
-            _expression(dims),
-            _predicate(agent_id, gen, dims),
-        )
+    return sql.SQL(
+        "CREATE INDEX {how} IF NOT EXISTS {name} ON {s}.vectors USING hnsw ({expr} vector_cosine_ops) "
+        "WITH (m = {m}, ef_construction = {ef}) WHERE {p}"
+    ).format(
+        how=sql.SQL("CONCURRENTLY" if concurrently else ""),
+        name=sql.Identifier(index_name(agent_id, gen, dims)),
+        s=sql.Identifier(schema),
+        expr=_expression(dims),
+        m=sql.Literal(int(params.m)),
+        ef=sql.Literal(int(params.ef_construction)),
+        p=_predicate(agent_id, gen, dims),
     )
 
 
-def literal(vector: np.ndarray | Sequence[float]) -> str:
-    """pgvector's text form of a vector."""
-    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+def ensure_index(cur: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswParams = DEFAULT_HNSW) -> None:
+    """Create the HNSW index of an agent's generation for ``dims``-dimensional vectors, if missing, in the
+    caller's transaction (it holds a SHARE lock on ``vectors`` until it commits: ``build_index`` does not)."""
+    cur.execute(_create(schema, agent_id, gen, dims, params, concurrently=False))
+
+
+def index_state(cur: Any, schema: str, agent_id: str, gen: int, dims: int) -> str | None:
+    """``"valid"``, ``"invalid"`` (a concurrent build that failed or is still running) or None (no index)."""
+    cur.execute(
+        "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+        (schema, index_name(agent_id, gen, dims)),
+    )
+    row = cur.fetchone()
+    return None if row is None else ("valid" if row[0] else "invalid")
+
+
+def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswParams = DEFAULT_HNSW) -> bool:
+    """Build the generation's HNSW index over the vectors it holds, ``CONCURRENTLY``: other agents' writers
+    and this agent's readers go on meanwhile (readers search exactly, without it, until it is valid).
+
+    The caller holds the agent's index lock (no one else builds it) and ``conn`` is in no transaction. An
+    index left invalid by a build that died is dropped and built again. ``maintenance_work_mem`` is raised
+    for the build, up to ``BUILD_MEMORY_MAX_MB``, when the graph would not fit (pgvector then builds on disk,
+    several times slower). The table's statistics are refreshed after. Returns True when it built one."""
+    from psycopg import sql
+
+    with conn.cursor() as cur:
+        state = index_state(cur, schema, agent_id, gen, dims)
+        cur.execute(f"SELECT vectors FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
+        row = cur.fetchone()
+        cur.execute("SELECT setting::bigint / 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'")
+        current_mb = int(cur.fetchone()[0])
+    conn.commit()
+    if state == "valid":
+        return False
+    want_mb = min(build_memory_mb(int(row[0]) if row else 0, dims, params), BUILD_MEMORY_MAX_MB)
+    conn.autocommit = True
+    try:
+        if state == "invalid":
+            conn.execute(
+                sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(
+                    sql.Identifier(schema), sql.Identifier(index_name(agent_id, gen, dims))
+                )
+            )
+        if want_mb > current_mb:
+            conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(f"{want_mb}MB")))
+        try:
+            conn.execute(_create(schema, agent_id, gen, dims, params, concurrently=True))
+        finally:
+            if want_mb > current_mb:
+                conn.execute("RESET maintenance_work_mem")
+        # the rows came in bulk: without fresh statistics the planner may think the generation holds one
+        # vector and sort it through a btree instead of asking the new index
+        conn.execute(sql.SQL("ANALYZE {}.vectors").format(sql.Identifier(schema)))
+    finally:
+        conn.autocommit = False
+    return True
+
+
+def build_memory_mb(vectors: int, dims: int, params: HnswParams) -> int:
+    """About what pgvector's in-memory HNSW build of ``vectors`` needs: each element's vector and its
+    neighbour lists (2m on the ground layer, fewer above), with a margin."""
+    per_element = 4 * dims + 8 + 3 * params.m * 10 + 64
+    return int(vectors * per_element * 1.3 / 2**20) + 16
 
 
 def add_vectors(cur: Any, schema: str, agent_id: str, gen: int, rows: Sequence[tuple[int, str, np.ndarray]]) -> int:
-    """Store ``(chunk id, embedded-input hash, vector)`` rows (an index per dimension is made as needed)."""
-    for dims in {len(v) for _, _, v in rows}:
-        ensure_index(cur, schema, agent_id, gen, dims)
+    """Store ``(chunk id, embedded-input hash, vector)`` rows and count them into ``token_totals`` (every
+    vector of a chunk comes in one call). The generation's HNSW index takes them as they come when it exists;
+    a generation without one yet (a first index, a rebuild) gets it built once, after the bulk load
+    (``build_index``)."""
+    if not rows:
+        return 0
     cur.executemany(
         f"INSERT INTO {schema}.vectors (agent_id, gen, chunk_id, hash, dims, embedding) "
         "VALUES (%s, %s, %s, %s, %s, %s::vector)",
-        [(agent_id, gen, cid, digest, len(v), literal(v)) for cid, digest, v in rows],
+        [(agent_id, gen, cid, digest, len(v), codec.param(v)) for cid, digest, v in rows],
     )
+    count(cur, schema, agent_id, gen, len(rows), len({cid for cid, _, _ in rows}))
     return len(rows)
+
+
+def count(cur: Any, schema: str, agent_id: str, gen: int, vectors: int, chunks: int) -> None:
+    """Add to the generation's vector totals (``knn`` reads how many vectors a chunk has on average)."""
+    cur.execute(
+        f"UPDATE {schema}.token_totals SET vectors = vectors + %s, vector_chunks = vector_chunks + %s "
+        "WHERE agent_id = %s AND gen = %s",
+        (vectors, chunks, agent_id, gen),
+    )
 
 
 def knn(
@@ -105,7 +198,7 @@ def knn_query(schema: str, agent_id: str, gen: int, query: np.ndarray | Sequence
         "ORDER BY {expr} <=> {q}::vector({d}) LIMIT {n}"
     ).format(
         expr=_expression(dims),
-        q=sql.Literal(literal(query)),
+        q=sql.Literal(codec.literal(query)),
         d=sql.Literal(dims),
         s=sql.Identifier(schema),
         p=_predicate(agent_id, gen, dims),
