@@ -9,6 +9,7 @@ import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -180,3 +181,64 @@ def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, s
     finally:
         for store in others:
             store.close()
+
+
+def _hnsw_state(store: PgStore, dims: int) -> str | None:
+    from mdmemory.store.pg import vectors
+
+    with store.conn.cursor() as cur:
+        state = vectors.index_state(cur, store.schema, store.agent_id, store.gen, dims)
+    store.conn.commit()
+    return state
+
+
+def test_a_first_load_is_indexed_once_at_the_end_and_a_killed_writers_vectors_by_the_next(
+    pg_url: str, schema: str
+) -> None:
+    rng = np.random.default_rng(4)
+    vecs = unit(rng, 40)
+    with PgStore(pg_url, "a1", schema) as store:
+        for i in range(4):  # vectors go in without an index: a first index is built after its load
+            f, chunks = note(f"memory/{i}.md", *(f"note {i} {j}" for j in range(10)))
+            store.replace_file(f, chunks, [([f"w{i}-{j}"], vecs[i * 10 + j : i * 10 + j + 1]) for j in range(10)])
+            assert _hnsw_state(store, 16) is None
+            assert store.knn(vecs[i * 10], 1)[0][1] == pytest.approx(0.0, abs=1e-5)  # searched exactly meanwhile
+        store.settle()
+        assert _hnsw_state(store, 16) == "valid"
+        f, chunks = note("memory/9.md", "one more")  # from now on the index takes each vector as it comes
+        (new,) = store.replace_file(f, chunks, [(["w9"], vecs[0:1])])
+        assert new in {cid for cid, _ in store.knn(vecs[0], 2)}
+
+        from mdmemory.store.pg import vectors
+
+        with store.conn.transaction(), store.conn.cursor() as cur:  # as a build killed midway leaves it
+            name = f"{schema}.{vectors.index_name('a1', store.gen, 16)}"
+            cur.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (name,))
+        assert _hnsw_state(store, 16) == "invalid"
+    with PgStore(pg_url, "a1", schema) as writer, writer.writer():
+        writer.tidy()  # what the next sync does first
+        assert _hnsw_state(writer, 16) == "valid"
+        assert writer.counts()["vectors"] == 41
+
+
+def test_vectors_go_to_the_server_and_back_in_pgvectors_binary_form(pg_url: str, schema: str) -> None:
+    from mdmemory.store.pg import codec
+
+    v = np.array([0.5, -1.25, 3.0, 1e-7, -0.0], dtype=np.float32)
+    with PgStore(pg_url, "a1", schema) as store:
+        text, blob = store.conn.execute(
+            "SELECT %s::vector::text, vector_send(%s::vector)", (codec.param(v), codec.param(v))
+        ).fetchone()
+        store.conn.commit()
+    assert text == "[0.5,-1.25,3,1e-07,-0]"
+    back = codec.array(blob)
+    assert back.dtype == np.float32 and back.tobytes() == v.tobytes()
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
+def test_a_sync_ends_with_the_generations_vectors_under_their_index(make_memory: Any, workspace: Path) -> None:
+    for i in range(3):
+        (workspace / "memory" / f"2026-03-0{i + 1}.md").write_text(f"# Day {i}\n\nBackups ran at {i} am.\n")
+    mem = make_memory()
+    mem.sync()
+    assert isinstance(mem.store, PgStore) and _hnsw_state(mem.store, 64) == "valid"
