@@ -299,6 +299,10 @@ RANGES: dict[str, _Range] = {
     "breaker.coolDownSeconds": _Range(0, 86_400),
     "breaker.maxCoolDownSeconds": _Range(0, 86_400),
     "maxFileBytes": _Range(1),
+    "store.maxConnections": _Range(1, 1000),
+    "store.hnsw.m": _Range(2, 100),  # pgvector's bounds
+    "store.hnsw.efConstruction": _Range(4, 1000),
+    "store.hnsw.efSearch": _Range(1, 1000),
 }
 # Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.
 AGENT_RANGES: dict[str, _Range] = {

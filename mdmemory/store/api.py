@@ -73,6 +73,11 @@ class IndexStore(SearchStore, Protocol):
 
     def ensure_writable(self) -> None: ...
 
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """A block of calls that share what they need (PostgreSQL: one connection borrowed from the
+        process's pool for them all, instead of one per call; SQLite: nothing)."""
+        ...
+
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
         """Hold the agent's writer lock for the block (``LockError`` after ``wait`` seconds)."""
         ...

@@ -32,6 +32,9 @@ class SqliteLifecycle:
     path: Path
     conn: Any
 
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
         return _file_lock(Path(f"{self.path}.lock"), wait, self.path)
 

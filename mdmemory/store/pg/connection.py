@@ -1,26 +1,32 @@
 """Connecting to PostgreSQL: the URL (``store.url`` or ``MDMEMORY_PG_URL``), never printed with its password.
 
-``connect`` opens a connection of its own; ``borrow``/``give_back`` take one from the process's pool for
-that URL (psycopg_pool), so that the many short-lived store objects of a long-lived process (a sync
-thread, a background catch-up, a rebuild, the service's agents) reuse connections instead of opening new
-ones. A store keeps the connection it borrowed for its life: the writer lock is a session advisory lock.
+``connect`` opens a connection of its own. Stores never keep one: ``session`` lends a thread a connection
+from the process's pool for that URL (psycopg_pool, at most ``store.maxConnections``) for a block of work
+and takes it back after, so a process serving hundreds of agents holds as many connections as it has
+operations running, not one per agent or per reader. Blocks nest: a thread that holds a connection for a
+URL (a writer holding the agent's advisory lock, a rebuild) uses that one for everything it does meanwhile,
+so a thread never waits for a second connection and the pool cannot deadlock.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import threading
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from mdmemory.errors import StoreError
 from mdmemory.store.pg import codec
 from mdmemory.storeconfig import URL_ENV as URL_ENV
 from mdmemory.storeconfig import shown_url as shown_url
 
-POOL_MAX_CONNECTIONS = 64  # per URL and process; a borrower waits this long for one, then fails
+DEFAULT_MAX_CONNECTIONS = 16  # per URL and process (store.maxConnections); a borrower waits this long, then fails
 POOL_WAIT_SECONDS = 10.0
 _pools: dict[str, Any] = {}
 _pools_lock = threading.Lock()
+_held = threading.local()  # url -> [connection, depth, advisory locks taken] this thread holds (see session)
 
 
 def _psycopg() -> Any:
@@ -53,7 +59,8 @@ def connect(url: str, **kwargs: Any) -> Any:
         raise _unavailable(url, exc) from None
 
 
-def _pool(url: str) -> Any:
+def _pool(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
+    """The process's pool for ``url``; the first caller's ``max_connections`` sizes it."""
     with _pools_lock:
         pool = _pools.get(url)
         if pool is None:
@@ -65,10 +72,9 @@ def _pool(url: str) -> Any:
             pool = ConnectionPool(
                 url,
                 min_size=0,
-                max_size=POOL_MAX_CONNECTIONS,
+                max_size=max_connections,
                 open=True,
                 name="mdmemory",
-                check=ConnectionPool.check_connection,  # a connection the server dropped is replaced, not lent
                 reset=_release_locks,
             )
             _pools[url] = pool
@@ -81,18 +87,27 @@ def _release_locks(conn: Any) -> None:
     conn.commit()
 
 
-def borrow(url: str) -> Any:
-    """A connection from the process's pool for ``url`` (opened as needed)."""
+def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
+    """A connection from the process's pool for ``url`` (opened as needed). Each is checked before it is
+    lent (one empty query): one the server dropped while it was idle (a restart, a failover) is discarded
+    and the next tried at once (the pool's own check backs off for a second, then two... per dead one)."""
     psycopg = _psycopg()
-    from psycopg_pool import PoolTimeout
+    from psycopg_pool import ConnectionPool, PoolTimeout
 
-    try:
-        conn = _pool(url).getconn(timeout=POOL_WAIT_SECONDS)
-    except PoolTimeout as exc:
-        raise _unavailable(url, exc) from None
-    except psycopg.Error as exc:
-        raise _unavailable(url, exc) from None
-    return conn
+    pool = _pool(url, max_connections)
+    for _ in range(max_connections + 1):
+        try:
+            conn = pool.getconn(timeout=POOL_WAIT_SECONDS)
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise _unavailable(url, exc) from None
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            conn.close()
+            pool.putconn(conn)  # a closed connection is dropped from the pool, which opens others as needed
+            continue
+        return conn
+    raise _unavailable(url, RuntimeError("every connection the pool lent was closed by the server"))
 
 
 def give_back(url: str, conn: Any) -> None:
@@ -104,6 +119,56 @@ def give_back(url: str, conn: Any) -> None:
     pool.putconn(conn)
 
 
+@contextlib.contextmanager
+def session(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterator[Any]:
+    """A connection for this thread's block of work: the one it holds for ``url`` already (an outer block),
+    else one borrowed from the pool and given back (rolled back, advisory locks released) at the end."""
+    held: dict[str, list[Any]] = _held.__dict__.setdefault("conns", {})
+    entry = held.get(url)
+    if entry is not None:
+        entry[1] += 1
+        try:
+            yield entry[0]
+        finally:
+            entry[1] -= 1
+        return
+    conn = borrow(url, max_connections)
+    held[url] = [conn, 1, set()]
+    try:
+        yield conn
+    finally:
+        del held[url]
+        give_back(url, conn)
+
+
+def current(url: str) -> Any | None:
+    """The connection this thread holds for ``url`` (inside ``session``), if any."""
+    entry = _held.__dict__.get("conns", {}).get(url)
+    return None if entry is None else entry[0]
+
+
+def try_lock(url: str, key: int) -> bool:
+    """Take session advisory lock ``key`` on the connection this thread holds for ``url``, without waiting.
+    PostgreSQL lets a session take a lock it holds again; two stores of one thread share a connection, so
+    a lock this thread holds already counts as taken by another (a second writer of an agent waits)."""
+    entry = _held.__dict__["conns"][url]
+    if key in entry[2]:
+        return False
+    got = bool(entry[0].execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+    entry[0].commit()
+    if got:
+        entry[2].add(key)
+    return got
+
+
+def unlock(url: str, key: int) -> None:
+    """Release what ``try_lock`` took."""
+    entry = _held.__dict__["conns"][url]
+    entry[2].discard(key)
+    entry[0].execute("SELECT pg_advisory_unlock(%s)", (key,))
+    entry[0].commit()
+
+
 @atexit.register
 def close_pools() -> None:
     """Close every pool of this process (their connections and worker threads)."""
@@ -112,3 +177,38 @@ def close_pools() -> None:
         _pools.clear()
     for pool in pools:
         pool.close()
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_B = TypeVar("_B", bound="Borrowing")
+
+
+class Borrowing:
+    """What a store object needs to use the pool: ``url``, ``max_connections``; ``conn`` is the connection
+    of the block it is in (``session``)."""
+
+    url: str
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        """Hold one connection for a series of calls (each call borrows one otherwise)."""
+        return session(self.url, self.max_connections)
+
+    @property
+    def conn(self) -> Any:
+        conn = current(self.url)
+        if conn is None:
+            raise RuntimeError("no connection outside a store session: use `with store.session():`")
+        return conn
+
+
+def borrows(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:
+    """Run a store method in a ``session`` (its own, or the one its thread is in)."""
+
+    @functools.wraps(method)
+    def run(self: _B, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self.session():
+            return method(self, *args, **kwargs)
+
+    return run

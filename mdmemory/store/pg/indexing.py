@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from mdmemory.store.index import ChunkRow, ChunkVectors
 from mdmemory.store.pg import codec
 from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import Borrowing, borrows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,20 +26,21 @@ def _chunk(r: Sequence[Any]) -> ChunkRow:
     return ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0]))
 
 
-class PgIndexing:
-    """Needs ``conn``, ``schema``, ``agent_id`` and ``gen`` (the generation read and written)."""
+class PgIndexing(Borrowing):
+    """Needs ``schema``, ``agent_id`` and ``gen`` (the generation read and written)."""
 
-    conn: Any
     schema: str
     agent_id: str
     gen: int
 
+    @borrows
     def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = self.conn.execute(sql, params).fetchall()
         self.conn.commit()
         return list(rows)
 
     # -- meta and chunks --------------------------------------------------------------------------
+    @borrows
     def delete_meta(self, key: str) -> None:
         with self.conn.transaction():
             self.conn.execute(
@@ -46,6 +48,7 @@ class PgIndexing:
                 (self.agent_id, self.gen, key),
             )
 
+    @borrows
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         """Record a new mtime/size for a file whose content hash did not change."""
         with self.conn.transaction():
@@ -103,6 +106,7 @@ class PgIndexing:
         )
         return [_chunk(r) for r in self._rows(sql, (self.agent_id, self.gen, int(after_id), int(limit)))]
 
+    @borrows
     def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
         """Write the vectors of pending chunks in one transaction and clear their pending marks; a chunk no
         longer pending with the same text (re-indexed meanwhile) is skipped. Returns how many got vectors."""
@@ -183,6 +187,7 @@ class PgIndexing:
         params = (self.agent_id, provider, model, key, list(dict.fromkeys(hashes)))
         return {str(h): codec.array(v) for h, v in self._rows(sql, params)}
 
+    @borrows
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         now = time.time()
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -194,6 +199,7 @@ class PgIndexing:
                 [(self.agent_id, provider, model, key, h, len(v), codec.param(v), now) for h, v in items.items()],
             )
 
+    @borrows
     def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
         """Mark cache entries as recently used so pruning keeps them."""
         with self.conn.transaction():
@@ -203,6 +209,7 @@ class PgIndexing:
                 (time.time(), self.agent_id, provider, model, key, list(dict.fromkeys(hashes))),
             )
 
+    @borrows
     def cache_prune(self, max_entries: int) -> int:
         """Delete the agent's oldest cache entries beyond ``max_entries``; returns how many were removed."""
         t = f"{self.schema}.embedding_cache"

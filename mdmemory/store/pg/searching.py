@@ -5,29 +5,32 @@ the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mdmemory.store.index import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import Borrowing, borrows
+from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class PgSearching:
-    """Needs ``conn``, ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies)."""
+class PgSearching(Borrowing):
+    """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies)."""
 
-    conn: Any
     schema: str
     agent_id: str
     gen: int
+    hnsw: HnswConfig
     _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
 
     def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
         return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
 
+    @borrows
     def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
         """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
         what the SQLite store's highlighted words tell the search."""
@@ -46,6 +49,7 @@ class PgSearching:
         words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
         return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
 
+    @borrows
     def term_frequency_at_least(self, word: str, limit: int) -> int:
         """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
         terms = keyword.query_terms([word])
@@ -71,11 +75,13 @@ class PgSearching:
         self._df[1][(word, limit)] = int(row[0])
         return int(row[0])
 
+    @borrows
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
         with self.conn.transaction(), self.conn.cursor() as cur:
             return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
 
+    @borrows
     def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
         more distinct needles, then more occurrences, first (negative scores)."""
@@ -90,6 +96,7 @@ class PgSearching:
         self.conn.commit()
         return rank_needle_hits(rows, needles, k)
 
+    @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -100,4 +107,6 @@ class PgSearching:
             )
             row = cur.fetchone()
             per_chunk = float(row[0]) if row and row[0] else 1.0
-            return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)
+            return vector_sql.knn(
+                cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk, ef_search=self.hnsw.ef_search
+            )

@@ -24,10 +24,11 @@ from mdmemory.errors import LockError, StoreError
 from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.pg import keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import borrow, give_back, shown_url
+from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, migrate
 from mdmemory.store.pg.searching import PgSearching
+from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     from mdmemory.store.api import IndexStore
@@ -52,36 +53,43 @@ class PgStore(PgIndexing, PgSearching):
     write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
     inode: int | None = None  # not a file
 
-    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory", *, generation: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        agent_id: str,
+        schema: str = "mdmemory",
+        *,
+        generation: int | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        hnsw: HnswConfig = vector_sql.DEFAULT_HNSW,
+    ) -> None:
         self.url = url
+        self.max_connections = max_connections
+        self.hnsw = hnsw
         self.agent_id = agent_id
         self.schema = check_schema_name(schema)
         self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
-        self.conn = borrow(url)
-        try:
+        with self.session() as conn:
             if (url, self.schema) not in _migrated:
-                migrate(self.conn, self.schema)
+                migrate(conn, self.schema)
                 _migrated.add((url, self.schema))
             self.gen = self._live_generation() if generation is None else generation
-        except BaseException:
-            give_back(url, self.conn)
-            raise
         self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
         self._indexed: set[tuple[int, int]] = set()  # (generation, dims) known to have a valid HNSW index
 
     def close(self) -> None:
-        if self.conn is not None:
-            give_back(self.url, self.conn)
-            self.conn = None
+        """Nothing to give back: a store holds a connection only while a call (or ``session``) runs."""
 
     def reopen(self) -> None:
-        """A fresh connection (the old one may have been dropped by the server), following the live generation."""
-        self.close()
-        self.conn = borrow(self.url)
+        """Follow the live generation (the next call borrows a connection the server has not dropped)."""
         if not self._building:
             self.gen = self._live_generation()
+
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """One connection for the calls of a search, instead of one borrowed per call."""
+        return self.session()
 
     def ensure_writable(self) -> None:
         """Nothing to check ahead: PostgreSQL reports a write it refuses when it happens."""
@@ -93,6 +101,7 @@ class PgStore(PgIndexing, PgSearching):
         self.close()
 
     # -- generations ------------------------------------------------------------------------------
+    @borrows
     def _live_generation(self) -> int:
         """The live generation (the first one is created live, empty)."""
         s = self.schema
@@ -105,6 +114,7 @@ class PgStore(PgIndexing, PgSearching):
             cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
             return int(cur.fetchone()[0])
 
+    @borrows
     def refresh(self) -> bool:
         """Follow a switch another process made; True when the live generation changed."""
         if self._building:
@@ -124,15 +134,15 @@ class PgStore(PgIndexing, PgSearching):
     @contextlib.contextmanager
     def embedding_turn(self) -> Iterator[bool]:
         key = _lock_key(self.agent_id, "embed")
-        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
-        self.conn.commit()
-        try:
-            yield got
-        finally:
-            if got:
-                self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                self.conn.commit()
+        with self.session():  # phase 2 writes on the connection that holds the lock
+            got = try_lock(self.url, key)
+            try:
+                yield got
+            finally:
+                if got:
+                    unlock(self.url, key)
 
+    @borrows
     def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
         """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
         dropped by the next ``begin_rebuild``), and index the vectors a killed writer left without one."""
@@ -146,30 +156,38 @@ class PgStore(PgIndexing, PgSearching):
                 self._drop_generation(cur, int(old))
         self.settle()
 
+    @borrows
     def settle(self) -> None:
-        """Build the HNSW index of the generation's vectors if it has none (see ``vectors.add_vectors``: a
-        first index or a rebuild is loaded without one, then indexed at once, ~4x cheaper than vector by
-        vector). One process builds it (an advisory lock per agent); the others go on without waiting."""
+        """Build the HNSW index of the generation's vectors if it has none and holds ``HNSW_MIN_VECTORS``
+        (see ``vectors.add_vectors``: a first index or a rebuild is loaded without one, then indexed at
+        once, ~4x cheaper than vector by vector). One process builds it (an advisory lock per agent); the
+        others go on without waiting."""
         dims = self.vec_dims()
         if dims is None or (self.gen, dims) in self._indexed:
             return
-        key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
-        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
+        with self.conn.cursor() as cur:
+            small = (
+                vector_sql.generation_vectors(cur, self.schema, self.agent_id, self.gen) < vector_sql.HNSW_MIN_VECTORS
+            )
         self.conn.commit()
-        if not got:
+        if small:
+            return
+        key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
+        if not try_lock(self.url, key):
             return
         try:
-            vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims)
+            vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims, self.hnsw)
             self._indexed.add((self.gen, dims))
         finally:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            self.conn.commit()
+            unlock(self.url, key)
 
     def begin_rebuild(self) -> PgStore:
-        """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
+        """A new ``building`` generation, written through a store of its own; the embedding cache is the
         agent's, not a generation's, so the rebuild finds every vector embedded before."""
         gen = self.begin_generation()
-        return PgStore(self.url, self.agent_id, self.schema, generation=gen)
+        return PgStore(
+            self.url, self.agent_id, self.schema, generation=gen, max_connections=self.max_connections, hnsw=self.hnsw
+        )
 
     def finish_rebuild(self, built: IndexStore) -> None:
         assert isinstance(built, PgStore)
@@ -178,6 +196,7 @@ class PgStore(PgIndexing, PgSearching):
         self.switch_live(built.gen)
         self.analyze()
 
+    @borrows
     def abandon_rebuild(self, built: IndexStore) -> None:
         """Drop the generation being built; if the server cannot be asked now (the failure that ended the
         rebuild may be a lost connection), the next ``begin_rebuild`` drops it: no reader ever sees it."""
@@ -189,6 +208,7 @@ class PgStore(PgIndexing, PgSearching):
             with self.conn.transaction(), self.conn.cursor() as cur:
                 self._drop_generation(cur, built.gen)
 
+    @borrows
     def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
         """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
         s = self.schema
@@ -204,6 +224,7 @@ class PgStore(PgIndexing, PgSearching):
             )
         return gen
 
+    @borrows
     def switch_live(self, gen: int) -> None:
         """Make ``gen`` live and retire the old live generation, in one transaction (see ``tidy``)."""
         s = self.schema
@@ -224,6 +245,7 @@ class PgStore(PgIndexing, PgSearching):
             )
         self.gen = gen
 
+    @borrows
     def analyze(self) -> None:
         """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
         plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
@@ -243,24 +265,23 @@ class PgStore(PgIndexing, PgSearching):
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
-        """Hold the agent's writer lock (every host, every process) for the block."""
+        """Hold the agent's writer lock (every host, every process) for the block, on a connection borrowed
+        for the block: everything the block does on this thread goes through it, and it goes back to the
+        pool when the block ends."""
         key = _lock_key(self.agent_id)
         deadline = time.monotonic() + wait
-        while True:
-            got = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-            self.conn.commit()
-            if got:
-                break
-            if time.monotonic() >= deadline:
-                raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
-            time.sleep(LOCK_POLL_SECONDS)
-        try:
-            yield
-        finally:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            self.conn.commit()
+        with self.session():
+            while not try_lock(self.url, key):
+                if time.monotonic() >= deadline:
+                    raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
+                time.sleep(LOCK_POLL_SECONDS)
+            try:
+                yield
+            finally:
+                unlock(self.url, key)
 
     # -- meta and files ---------------------------------------------------------------------------
+    @borrows
     def get_meta(self, key: str, default: Any = None, gen: int | None = None) -> Any:
         row = self.conn.execute(
             f"SELECT value FROM {self.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
@@ -269,6 +290,7 @@ class PgStore(PgIndexing, PgSearching):
         self.conn.commit()
         return row[0] if row else default
 
+    @borrows
     def set_meta(self, key: str, value: Any, gen: int | None = None) -> None:
         with self.conn.transaction():
             self.conn.execute(
@@ -277,6 +299,7 @@ class PgStore(PgIndexing, PgSearching):
                 (self.agent_id, self.gen if gen is None else gen, key, json.dumps(value)),
             )
 
+    @borrows
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
         rows = self.conn.execute(
             f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
@@ -289,6 +312,7 @@ class PgStore(PgIndexing, PgSearching):
             r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
         }
 
+    @borrows
     def replace_file(
         self,
         file: FileRow,
@@ -322,6 +346,7 @@ class PgStore(PgIndexing, PgSearching):
             )
         return ids
 
+    @borrows
     def delete_file(self, path: str, gen: int | None = None) -> None:
         """Remove a file and every row derived from it, in one transaction."""
         g = self.gen if gen is None else gen

@@ -10,28 +10,23 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.pg import codec
+from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np
 
-DEFAULT_EF_SEARCH = 100  # candidates HNSW keeps while searching: recall of the exact top-k, see the tests
 MAX_WINDOWS_PER_CHUNK = 8
 BUILD_MEMORY_MAX_MB = 1024  # the most maintenance_work_mem an index build asks for (see build_index)
+# A generation gets its HNSW index once it holds this many vectors. Below, a search compares the query with
+# each of them (read through the (agent, generation) btree: a few ms, and exact), and a fleet's many small
+# agents cost no index each: building one reads the whole shared table, and every index on it adds to the
+# planning of every vector query.
+HNSW_MIN_VECTORS = 2000
 
-
-@dataclass(frozen=True)
-class HnswParams:
-    """HNSW's build parameters: neighbours per element (``m``) and candidates kept while inserting."""
-
-    m: int = 16
-    ef_construction: int = 64
-
-
-DEFAULT_HNSW = HnswParams()
+DEFAULT_HNSW = HnswConfig()
 
 
 def index_name(agent_id: str, gen: int, dims: int) -> str:
@@ -53,7 +48,7 @@ def _expression(dims: int) -> Any:
     return sql.SQL("(embedding::vector({}))").format(sql.Literal(int(dims)))
 
 
-def _create(schema: str, agent_id: str, gen: int, dims: int, params: HnswParams, concurrently: bool) -> Any:
+def _create(schema: str, agent_id: str, gen: int, dims: int, params: HnswConfig, concurrently: bool) -> Any:
     from psycopg import sql
 
     return sql.SQL(
@@ -70,7 +65,7 @@ def _create(schema: str, agent_id: str, gen: int, dims: int, params: HnswParams,
     )
 
 
-def ensure_index(cur: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswParams = DEFAULT_HNSW) -> None:
+def ensure_index(cur: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswConfig = DEFAULT_HNSW) -> None:
     """Create the HNSW index of an agent's generation for ``dims``-dimensional vectors, if missing, in the
     caller's transaction (it holds a SHARE lock on ``vectors`` until it commits: ``build_index`` does not)."""
     cur.execute(_create(schema, agent_id, gen, dims, params, concurrently=False))
@@ -87,7 +82,7 @@ def index_state(cur: Any, schema: str, agent_id: str, gen: int, dims: int) -> st
     return None if row is None else ("valid" if row[0] else "invalid")
 
 
-def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswParams = DEFAULT_HNSW) -> bool:
+def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, params: HnswConfig = DEFAULT_HNSW) -> bool:
     """Build the generation's HNSW index over the vectors it holds, ``CONCURRENTLY``: other agents' writers
     and this agent's readers go on meanwhile (readers search exactly, without it, until it is valid).
 
@@ -99,14 +94,13 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
 
     with conn.cursor() as cur:
         state = index_state(cur, schema, agent_id, gen, dims)
-        cur.execute(f"SELECT vectors FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
-        row = cur.fetchone()
+        vectors = generation_vectors(cur, schema, agent_id, gen)
         cur.execute("SELECT setting::bigint / 1024 FROM pg_settings WHERE name = 'maintenance_work_mem'")
         current_mb = int(cur.fetchone()[0])
     conn.commit()
     if state == "valid":
         return False
-    want_mb = min(build_memory_mb(int(row[0]) if row else 0, dims, params), BUILD_MEMORY_MAX_MB)
+    want_mb = min(build_memory_mb(vectors, dims, params), BUILD_MEMORY_MAX_MB)
     conn.autocommit = True
     try:
         if state == "invalid":
@@ -130,7 +124,14 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
     return True
 
 
-def build_memory_mb(vectors: int, dims: int, params: HnswParams) -> int:
+def generation_vectors(cur: Any, schema: str, agent_id: str, gen: int) -> int:
+    """How many vectors the generation holds (its count in ``token_totals``)."""
+    cur.execute(f"SELECT vectors FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
+    row = cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+def build_memory_mb(vectors: int, dims: int, params: HnswConfig) -> int:
     """About what pgvector's in-memory HNSW build of ``vectors`` needs: each element's vector and its
     neighbour lists (2m on the ground layer, fewer above), with a margin."""
     per_element = 4 * dims + 8 + 3 * params.m * 10 + 64
@@ -170,7 +171,7 @@ def knn(
     query: np.ndarray,
     k: int,
     per_chunk: float = 1.0,
-    ef_search: int = DEFAULT_EF_SEARCH,
+    ef_search: int = DEFAULT_HNSW.ef_search,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks by cosine distance, best first; a chunk with several vectors (windows) is as
     near as its nearest one, so ``k`` times ``per_chunk`` vectors are fetched (at most 8 per chunk)."""
