@@ -71,7 +71,7 @@ def test_bm25_on_postgres_equals_fts5_on_the_same_chunks(pg: tuple[Any, str], qu
     load(conn, schema, corpus(40, seed=9), agent="other")  # another agent's rows change nothing
     terms = keyword.query_terms(query)
     with conn.cursor() as cur:
-        got = keyword.bm25(cur, schema, "a1", 1, terms, 200)
+        got = [(cid, rank) for cid, rank, _ in keyword.bm25(cur, schema, "a1", 1, terms, 200)]
     expected = fts5_bm25(chunks, query, 200)
     assert expected, "the query must match something in the corpus"
     position = {cid: i for i, cid in enumerate(ids)}
@@ -86,7 +86,7 @@ def test_removing_chunks_updates_the_statistics_bm25_uses(pg: tuple[Any, str]) -
     ids = load(conn, schema, chunks)
     with conn.transaction(), conn.cursor() as cur:
         keyword.remove_chunks(cur, schema, "a1", 1, ids[:20])
-        got = keyword.bm25(cur, schema, "a1", 1, keyword.query_terms(["backup"]), 100)
+        got = [(cid, rank) for cid, rank, _ in keyword.bm25(cur, schema, "a1", 1, keyword.query_terms(["backup"]), 100)]
     expected = fts5_bm25(chunks[20:], ["backup"], 100)
     assert [cid - ids[20] for cid, _ in got] == [rid for rid, _ in expected]
     assert [r for _, r in got] == pytest.approx([r for _, r in expected], rel=1e-9)

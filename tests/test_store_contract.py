@@ -162,9 +162,11 @@ def test_an_unreachable_store_is_reported_without_a_traceback_or_password(
 
 @pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 def test_dropped_connections_are_replaced_and_one_dropped_mid_search_fails_only_that_search(
-    workspace: Path, make_memory: Callable[..., Memory], store_backend: dict[str, Any]
+    workspace: Path, make_memory: Callable[..., Memory], store_backend: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import psycopg
+
+    from mdmemory.store.pg import connection
 
     seed(workspace)
     mem = make_memory()
@@ -178,8 +180,10 @@ def test_dropped_connections_are_replaced_and_one_dropped_mid_search_fails_only_
                 "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
             )
 
+    monkeypatch.setattr(connection, "CHECK_AFTER_IDLE_SECONDS", 0.0)  # as if they had been idle a while
     drop_all()  # while idle in the pool: checked before being lent, replaced
     assert mem.search("heron pond") == expected
+    monkeypatch.undo()
     with mem.store.reading():  # the search's connection dropped while it is held
         drop_all()
         with pytest.raises(StoreError, match="PostgreSQL failed") as failed:

@@ -14,6 +14,8 @@ import atexit
 import contextlib
 import functools
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -24,8 +26,11 @@ from mdmemory.storeconfig import shown_url as shown_url
 
 DEFAULT_MAX_CONNECTIONS = 16  # per URL and process (store.maxConnections); a borrower waits this long, then fails
 POOL_WAIT_SECONDS = 10.0
+CHECK_AFTER_IDLE_SECONDS = 5.0  # a connection idle longer is checked before it is lent (see borrow)
 _pools: dict[str, Any] = {}
 _pools_lock = threading.Lock()
+_given_back: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  # connection -> when
+_lost_one: dict[str, float] = {}  # url -> when a connection to it came back broken
 _held = threading.local()  # url -> [connection, depth, advisory locks taken] this thread holds (see session)
 
 
@@ -75,22 +80,24 @@ def _pool(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
                 max_size=max_connections,
                 open=True,
                 name="mdmemory",
-                reset=_release_locks,
+                configure=_configure,
             )
             _pools[url] = pool
         return pool
 
 
-def _release_locks(conn: Any) -> None:
-    """A connection given back holds no advisory lock (a writer lock would outlive its store otherwise)."""
-    conn.execute("SELECT pg_advisory_unlock_all()")
-    conn.commit()
+def _configure(conn: Any) -> None:
+    """Pooled connections run in autocommit: a read is one round trip (no BEGIN, no COMMIT); what must be
+    atomic runs in ``conn.transaction()``."""
+    conn.autocommit = True
 
 
 def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
-    """A connection from the process's pool for ``url`` (opened as needed). Each is checked before it is
-    lent (one empty query): one the server dropped while it was idle (a restart, a failover) is discarded
-    and the next tried at once (the pool's own check backs off for a second, then two... per dead one)."""
+    """A connection from the process's pool for ``url`` (opened as needed). One idle for more than
+    ``CHECK_AFTER_IDLE_SECONDS`` is checked before it is lent (one empty query): one the server dropped
+    meanwhile (a restart, a failover) is discarded and the next tried at once (the pool's own check backs
+    off for a second, then two... per dead one). So is every one given back before a connection came back
+    broken. A connection dropped while in use fails that operation."""
     psycopg = _psycopg()
     from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -100,6 +107,9 @@ def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
             conn = pool.getconn(timeout=POOL_WAIT_SECONDS)
         except (PoolTimeout, psycopg.Error) as exc:
             raise _unavailable(url, exc) from None
+        back = _given_back.get(conn, 0.0)
+        if time.monotonic() - back < CHECK_AFTER_IDLE_SECONDS and back > _lost_one.get(url, 0.0):
+            return conn
         try:
             ConnectionPool.check_connection(conn)
         except psycopg.Error:
@@ -116,6 +126,9 @@ def give_back(url: str, conn: Any) -> None:
     if pool is None:
         conn.close()
         return
+    _given_back[conn] = time.monotonic()
+    if conn.broken or conn.closed:  # the server may have dropped the others too: check them before use
+        _lost_one[url] = time.monotonic()
     pool.putconn(conn)
 
 
@@ -133,11 +146,17 @@ def session(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Iterato
             entry[1] -= 1
         return
     conn = borrow(url, max_connections)
-    held[url] = [conn, 1, set()]
+    entry = held[url] = [conn, 1, set()]
     try:
         yield conn
     finally:
         del held[url]
+        if entry[2]:  # advisory locks a block that failed mid-way left held: never lend them on
+            try:
+                conn.rollback()
+                conn.execute("SELECT pg_advisory_unlock_all()")
+            except Exception:
+                conn.close()  # the pool drops it; the locks end with its server session
         give_back(url, conn)
 
 

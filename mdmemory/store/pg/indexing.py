@@ -12,9 +12,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.index import ChunkRow, ChunkVectors
-from mdmemory.store.pg import codec
+from mdmemory.store.pg import codec, keyword
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import Borrowing, borrows
+from mdmemory.store.pg.connection import borrows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -26,12 +26,8 @@ def _chunk(r: Sequence[Any]) -> ChunkRow:
     return ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0]))
 
 
-class PgIndexing(Borrowing):
+class PgIndexing(keyword.RemembersTotals):
     """Needs ``schema``, ``agent_id`` and ``gen`` (the generation read and written)."""
-
-    schema: str
-    agent_id: str
-    gen: int
 
     @borrows
     def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
@@ -58,10 +54,8 @@ class PgIndexing(Borrowing):
             )
 
     def chunk_count(self) -> int:
-        rows = self._rows(
-            f"SELECT chunks FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s", (self.agent_id, self.gen)
-        )
-        return int(rows[0][0]) if rows else 0
+        """Chunks of the generation, as of the last ``refresh`` or write through this store."""
+        return self.totals().chunks
 
     def pending_count(self) -> int:
         sql = f"SELECT count(*) FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND pending"
@@ -119,11 +113,11 @@ class PgIndexing(Borrowing):
                     "AND embed_hash = %s AND pending",
                     (chunk.id, self.agent_id, self.gen, chunk.embed_hash),
                 )
-                if cur.rowcount == 1 and chunk.id is not None:
+                if cur.rowcount == 1 and chunk.id is not None:  # (their vectors change the generation's totals)
                     rows.extend((chunk.id, digest, row) for digest, row in zip(hashes, matrix, strict=True))
                     done += 1
-            if rows:
-                vector_sql.add_vectors(cur, self.schema, self.agent_id, self.gen, rows)
+            vector_sql.add_vectors(cur, self.schema, self.agent_id, self.gen, rows)
+        self._totals = None
         return done
 
     def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import Borrowing
 from mdmemory.store.terms import text_terms
 from mdmemory.tokens import CJK_RUN
 
@@ -143,33 +144,90 @@ def query_terms(words: Sequence[str]) -> list[str]:
     return list(out)
 
 
-def bm25(cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-    """The ``k`` best chunks for ``terms`` (an OR of them): ``(chunk id, rank)``, rank negative as FTS5's
-    ``bm25(chunks_fts, 1.0, 0.5)``."""
+@dataclass(frozen=True)
+class Totals:
+    """A generation's ``token_totals`` row: what BM25, the vector search and the document-frequency memo
+    need (``version`` counts its writes)."""
+
+    gen: int
+    chunks: int = 0
+    tokens: int = 0
+    trigrams: int = 0
+    vectors: int = 0
+    vector_chunks: int = 0
+    version: int = 0
+
+    @property
+    def per_chunk(self) -> float:
+        """Vectors per chunk that has some (windows), on average; 1 when there are none."""
+        return self.vectors / self.vector_chunks if self.vector_chunks else 1.0
+
+
+TOTALS_COLUMNS = "chunks, tokens, trigrams, vectors, vector_chunks, version"
+
+
+def totals(cur: Any, schema: str, agent_id: str, gen: int) -> Totals:
+    cur.execute(f"SELECT {TOTALS_COLUMNS} FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
+    row = cur.fetchone()
+    return Totals(gen, *(int(x) for x in row)) if row else Totals(gen)
+
+
+class RemembersTotals(Borrowing):
+    """A store's view of one generation (``schema``, ``agent_id``, ``gen``) that remembers its totals: a
+    search asks for them several times (BM25, the vector search, the document-frequency memo), so they are
+    read with the live generation by ``refresh`` and forgotten by a write through this store (``_totals``
+    None), not read by each question. Like the generation itself, they follow other processes' writes at
+    the next ``refresh``."""
+
+    schema: str
+    agent_id: str
+    gen: int
+    _totals: Totals | None = None
+
+    def totals(self) -> Totals:
+        """The generation's totals (remembered since the last ``refresh`` or write here, else read now)."""
+        if self._totals is None or self._totals.gen != self.gen:
+            with self.session() as conn, conn.cursor() as cur:
+                self._totals = totals(cur, self.schema, self.agent_id, self.gen)
+        return self._totals
+
+
+def bm25(
+    cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k: int, known: Totals | None = None
+) -> list[tuple[int, float, set[str]]]:
+    """The ``k`` best chunks for ``terms`` (an OR of them): ``(chunk id, rank, the terms it holds)``, rank
+    negative as FTS5's ``bm25(chunks_fts, 1.0, 0.5)``. ``known``: the generation's totals, if read already."""
     freq = f"p.in_text * {TEXT_WEIGHT} + p.in_heading * {HEADING_WEIGHT}"
-    return _bm25(cur, schema, ("postings", "term", freq, "tokens"), agent_id, gen, terms, k)
+    return _bm25(cur, schema, ("postings", "term", freq, "tokens"), agent_id, gen, terms, k, known)
 
 
 def trigram_bm25(
-    cur: Any, schema: str, agent_id: str, gen: int, grams: Sequence[str], k: int
+    cur: Any, schema: str, agent_id: str, gen: int, grams: Sequence[str], k: int, known: Totals | None = None
 ) -> list[tuple[int, float]]:
     """The ``k`` best chunks for CJK trigrams ``grams``, ranked as FTS5's ``bm25(chunks_trigram)``."""
-    return _bm25(cur, schema, ("grams", "gram", "p.tf", "trigrams"), agent_id, gen, grams, k)
+    found = _bm25(cur, schema, ("grams", "gram", "p.tf", "trigrams"), agent_id, gen, grams, k, known)
+    return [(cid, rank) for cid, rank, _ in found]
 
 
 def _bm25(
-    cur: Any, schema: str, index: tuple[str, str, str, str], agent_id: str, gen: int, keys: Sequence[str], k: int
-) -> list[tuple[int, float]]:
+    cur: Any,
+    schema: str,
+    index: tuple[str, str, str, str],
+    agent_id: str,
+    gen: int,
+    keys: Sequence[str],
+    k: int,
+    known: Totals | None,
+) -> list[tuple[int, float, set[str]]]:
     """BM25 over ``index`` = (postings table, its key column, the frequency expression, the chunk length
-    column, also the name of the generation's total in ``token_totals``)."""
+    column, also the name of the generation's total in ``token_totals``), in one statement."""
     table, key, freq, length = index
     if not keys or k <= 0:
         return []
-    cur.execute(f"SELECT chunks, {length} FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
-    row = cur.fetchone()
-    if row is None or int(row[0]) <= 0:
+    known = known if known is not None and known.gen == gen else totals(cur, schema, agent_id, gen)
+    total, tokens = known.chunks, getattr(known, length)
+    if total <= 0:
         return []
-    total, tokens = int(row[0]), int(row[1])
     mean = max(tokens / total, 1e-9)
     cur.execute(
         f"""
@@ -179,7 +237,7 @@ def _bm25(
             WHERE agent_id = %(agent)s AND gen = %(gen)s AND {key} = ANY(%(keys)s::text[])
             GROUP BY {key})
         SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * c.{length} / %(mean)s)))
-            AS rank
+            AS rank, array_agg(p.{key})
         FROM {schema}.{table} p
         JOIN idf ON idf.key = p.{key}
         JOIN {schema}.chunks c ON c.id = p.chunk_id
@@ -189,4 +247,4 @@ def _bm25(
         """,
         {"keys": list(keys), "agent": agent_id, "gen": gen, "total": float(total), "mean": mean, "k": int(k)},
     )
-    return [(int(r[0]), float(r[1])) for r in cur.fetchall()]
+    return [(int(r[0]), float(r[1]), set(r[2])) for r in cur.fetchall()]

@@ -10,19 +10,20 @@ from typing import TYPE_CHECKING
 from mdmemory.store.index import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import Borrowing, borrows
+from mdmemory.store.pg.connection import borrows
 from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class PgSearching(Borrowing):
-    """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies)."""
+class PgSearching(keyword.RemembersTotals):
+    """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies).
 
-    schema: str
-    agent_id: str
-    gen: int
+    A search asks many small questions; each is one round trip to the server: the generation's totals
+    (chunks, tokens, vectors per chunk, write counter) are read with the live generation by ``refresh``
+    rather than by each question, and the terms a chunk holds come with its BM25 score."""
+
     hnsw: HnswConfig
     _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
 
@@ -36,18 +37,10 @@ class PgSearching(Borrowing):
         what the SQLite store's highlighted words tell the search."""
         parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
         terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
-            cur.execute(
-                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
-                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
-            )
-            held: dict[int, set[str]] = {}
-            for cid, term in cur.fetchall():
-                held.setdefault(int(cid), set()).add(str(term))
-        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
-        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
+        totals = self.totals()
+        with self.conn.cursor() as cur:
+            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k, totals)
+        return [(cid, rank, {w for w, ts in parts.items() if ts and set(ts) <= found}) for cid, rank, found in ranked]
 
     @borrows
     def term_frequency_at_least(self, word: str, limit: int) -> int:
@@ -55,16 +48,11 @@ class PgSearching(Borrowing):
         terms = keyword.query_terms([word])
         if not terms:
             return 0
-        version = self.conn.execute(
-            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        key = (self.gen, int(version[0]) if version else 0)
+        key = (self.gen, self.totals().version)
         if self._df[0] != key:
             self._df = (key, {})
         known = self._df[1].get((word, limit))
         if known is not None:
-            self.conn.commit()
             return known
         row = self.conn.execute(
             f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
@@ -78,8 +66,9 @@ class PgSearching(Borrowing):
     @borrows
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
+        totals = self.totals()
+        with self.conn.cursor() as cur:
+            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k, totals)
 
     @borrows
     def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
@@ -93,20 +82,13 @@ class PgSearching(Borrowing):
             "ORDER BY id LIMIT %s",
             (self.agent_id, self.gen, patterns, int(k) * 8),
         ).fetchall()
-        self.conn.commit()
         return rank_needle_hits(rows, needles, k)
 
     @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(  # how many vectors (windows) a chunk has, on average
-                f"SELECT vectors::float / greatest(vector_chunks, 1) FROM {self.schema}.token_totals "
-                "WHERE agent_id = %s AND gen = %s",
-                (self.agent_id, self.gen),
-            )
-            row = cur.fetchone()
-            per_chunk = float(row[0]) if row and row[0] else 1.0
+        per_chunk = self.totals().per_chunk
+        with self.conn.cursor() as cur:
             return vector_sql.knn(
                 cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk, ef_search=self.hnsw.ef_search
             )

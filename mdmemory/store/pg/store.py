@@ -116,15 +116,19 @@ class PgStore(PgIndexing, PgSearching):
 
     @borrows
     def refresh(self) -> bool:
-        """Follow a switch another process made; True when the live generation changed."""
+        """Follow a switch another process made, and read the live generation's totals with it (one round
+        trip; see ``keyword.RemembersTotals``); True when the live generation changed."""
         if self._building:
             return False
+        columns = ", ".join(f"t.{c}" for c in keyword.TOTALS_COLUMNS.split(", "))
         row = self.conn.execute(
-            f"SELECT gen FROM {self.schema}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,)
+            f"SELECT g.gen, {columns} FROM {self.schema}.generations g LEFT JOIN {self.schema}.token_totals t "
+            "ON t.agent_id = g.agent_id AND t.gen = g.gen WHERE g.agent_id = %s AND g.state = 'live'",
+            (self.agent_id,),
         ).fetchone()
-        self.conn.commit()
         live = int(row[0]) if row else self._live_generation()
         changed, self.gen = live != self.gen, live
+        self._totals = keyword.Totals(live, *(int(x or 0) for x in row[1:])) if row else None
         return changed
 
     # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
@@ -344,6 +348,7 @@ class PgStore(PgIndexing, PgSearching):
                 "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
                 (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
             )
+        self._totals = None
         return ids
 
     @borrows
@@ -356,6 +361,7 @@ class PgStore(PgIndexing, PgSearching):
                 f"DELETE FROM {self.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
                 (self.agent_id, g, path),
             )
+        self._totals = None
 
     def _delete_rows(self, cur: Any, path: str, gen: int) -> None:
         cur.execute(

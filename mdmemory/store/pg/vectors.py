@@ -101,7 +101,7 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
     if state == "valid":
         return False
     want_mb = min(build_memory_mb(vectors, dims, params), BUILD_MEMORY_MAX_MB)
-    conn.autocommit = True
+    autocommit, conn.autocommit = conn.autocommit, True
     try:
         if state == "invalid":
             conn.execute(
@@ -120,7 +120,7 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
         # vector and sort it through a btree instead of asking the new index
         conn.execute(sql.SQL("ANALYZE {}.vectors").format(sql.Identifier(schema)))
     finally:
-        conn.autocommit = False
+        conn.autocommit = autocommit
     return True
 
 
@@ -174,14 +174,17 @@ def knn(
     ef_search: int = DEFAULT_HNSW.ef_search,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks by cosine distance, best first; a chunk with several vectors (windows) is as
-    near as its nearest one, so ``k`` times ``per_chunk`` vectors are fetched (at most 8 per chunk)."""
+    near as its nearest one, so ``k`` times ``per_chunk`` vectors are fetched (at most 8 per chunk).
+    ``hnsw.ef_search`` is set for the connection's session in the same round trip (every search sets its
+    own first, so what another left does not matter)."""
     from psycopg import sql
 
     if k <= 0:
         return []
     want = int(k * min(max(per_chunk, 1.0), MAX_WINDOWS_PER_CHUNK) + 0.999)
-    cur.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(max(int(ef_search), want))))
-    cur.execute(knn_query(schema, agent_id, gen, query, want))
+    ef = sql.SQL("SET hnsw.ef_search = {}").format(sql.Literal(max(int(ef_search), want)))
+    cur.execute(sql.SQL("; ").join([ef, knn_query(schema, agent_id, gen, query, want)]))  # one round trip
+    cur.nextset()
     best: dict[int, float] = {}
     for cid, distance in cur.fetchall():
         if float(distance) < best.get(int(cid), float("inf")):
