@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -254,3 +255,21 @@ def test_a_sync_ends_with_a_big_generations_vectors_under_their_index(make_memor
     mem.sync()
     assert isinstance(mem.store, PgStore) and mem.store.counts()["vectors"] >= vectors.HNSW_MIN_VECTORS
     assert _hnsw_state(mem.store, 64) == "valid"
+
+
+def test_a_search_reads_one_snapshot_whatever_a_writer_commits_meanwhile(pg_url: str, schema: str) -> None:
+    rng = np.random.default_rng(8)
+    v = unit(rng, 2)
+    with PgStore(pg_url, "a1", schema) as reader, PgStore(pg_url, "a1", schema) as writer:
+        writer.replace_file(*note("memory/today.md", "the heron came back"), [(["w0"], v[0:1])])
+        reader.refresh()
+        with reader.reading():
+            (hit, _), *_ = reader.knn(v[0], 1)
+            writer_thread = threading.Thread(  # another connection: a writer replaces the file and commits
+                target=writer.replace_file, args=(*note("memory/today.md", "the heron left"), [(["w1"], v[1:2])])
+            )
+            writer_thread.start()
+            writer_thread.join(10)
+            assert reader.chunks_by_ids([hit])[hit].text == "the heron came back"
+        reader.refresh()
+        assert reader.chunks_by_ids([hit]) == {}  # the next search sees the new rows

@@ -174,7 +174,6 @@ def try_lock(url: str, key: int) -> bool:
     if key in entry[2]:
         return False
     got = bool(entry[0].execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
-    entry[0].commit()
     if got:
         entry[2].add(key)
     return got
@@ -185,7 +184,6 @@ def unlock(url: str, key: int) -> None:
     entry = _held.__dict__["conns"][url]
     entry[2].discard(key)
     entry[0].execute("SELECT pg_advisory_unlock(%s)", (key,))
-    entry[0].commit()
 
 
 @atexit.register

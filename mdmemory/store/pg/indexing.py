@@ -32,7 +32,6 @@ class PgIndexing(keyword.RemembersTotals):
     @borrows
     def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = self.conn.execute(sql, params).fetchall()
-        self.conn.commit()
         return list(rows)
 
     # -- meta and chunks --------------------------------------------------------------------------

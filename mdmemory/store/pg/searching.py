@@ -59,7 +59,6 @@ class PgSearching(keyword.RemembersTotals):
             "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
             (self.agent_id, self.gen, terms, len(terms), int(limit)),
         ).fetchone()
-        self.conn.commit()
         self._df[1][(word, limit)] = int(row[0])
         return int(row[0])
 

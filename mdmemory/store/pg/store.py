@@ -87,9 +87,24 @@ class PgStore(PgIndexing, PgSearching):
         if not self._building:
             self.gen = self._live_generation()
 
-    def reading(self) -> contextlib.AbstractContextManager[Any]:
-        """One connection for the calls of a search, instead of one borrowed per call."""
-        return self.session()
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The calls of a search on one connection and one snapshot (a read-only REPEATABLE READ
+        transaction): the chunks its vector and keyword searches found are still there when it reads them,
+        whatever a writer commits meanwhile (each call would otherwise see the latest commit)."""
+        from psycopg import IsolationLevel, pq
+
+        with self.session() as conn:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:  # a block in a transaction: it decides
+                yield conn
+                return
+            conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+            try:
+                with conn.transaction():
+                    yield conn
+            finally:
+                if not conn.broken:  # (a broken one is discarded by the pool)
+                    conn.isolation_level, conn.read_only = None, None
 
     def ensure_writable(self) -> None:
         """Nothing to check ahead: PostgreSQL reports a write it refuses when it happens."""
@@ -173,7 +188,6 @@ class PgStore(PgIndexing, PgSearching):
             small = (
                 vector_sql.generation_vectors(cur, self.schema, self.agent_id, self.gen) < vector_sql.HNSW_MIN_VECTORS
             )
-        self.conn.commit()
         if small:
             return
         key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
@@ -253,10 +267,8 @@ class PgStore(PgIndexing, PgSearching):
     def analyze(self) -> None:
         """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
         plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
-        self.conn.commit()
         for table in ("chunks", "postings", "grams", "vectors", "token_totals"):
             self.conn.execute(f"ANALYZE {self.schema}.{table}")
-        self.conn.commit()
 
     def _drop_generation(self, cur: Any, gen: int) -> None:
         s, a = self.schema, self.agent_id
@@ -291,7 +303,6 @@ class PgStore(PgIndexing, PgSearching):
             f"SELECT value FROM {self.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
             (self.agent_id, self.gen if gen is None else gen, key),
         ).fetchone()
-        self.conn.commit()
         return row[0] if row else default
 
     @borrows
@@ -311,7 +322,6 @@ class PgStore(PgIndexing, PgSearching):
             f"f.indexed_at FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
             (self.agent_id, self.gen if gen is None else gen),
         ).fetchall()
-        self.conn.commit()
         return {
             r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
         }
