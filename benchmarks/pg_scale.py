@@ -291,10 +291,10 @@ def recall(args: argparse.Namespace) -> None:
                 got = store.knn(q, k)
                 times.append((time.perf_counter() - t0) * 1000)
                 hits += len({cid for cid, _ in got} & gold)
-            r = hits / (k * len(qvecs))
+            r, used, got_ms = hits / (k * len(qvecs)), min(max(ef, 2 * k), 1000), _p(times)
             print(
-                f"{args.size:>8,} vectors  efSearch {max(ef, k):4d}  k {k:3d}: KNN p50 {_p(times)['p50']:6.1f} ms  "
-                f"p95 {_p(times)['p95']:6.1f} ms  recall {r:.3f}",
+                f"{args.size:>8,} vectors  efSearch {ef:4d} (used {used:4d})  k {k:3d}: KNN p50 {got_ms['p50']:6.1f} "
+                f"ms  p95 {got_ms['p95']:6.1f} ms  recall {r:.3f}",
                 flush=True,
             )
 
