@@ -252,6 +252,7 @@ def rebuild_index(args: argparse.Namespace) -> None:
             vectors.drop_indexes(cur, SCHEMA, store.agent_id, store.gen, [DIMS])
         t0 = time.perf_counter()
         vectors.build_index(conn, SCHEMA, store.agent_id, store.gen, DIMS, params)
+        conn.execute(f"ANALYZE {SCHEMA}.vectors")
         size = conn.execute(
             "SELECT pg_relation_size(%s::regclass)",
             (f"{SCHEMA}.{vectors.index_name(store.agent_id, store.gen, DIMS)}",),

@@ -42,6 +42,8 @@ def test_hnsw_finds_the_exact_neighbours_of_the_agents_own_generation(pg: tuple[
     for agent, gen in (("a1", 2), ("a2", 1), ("a1", 1)):  # built after the load, as a first sync does
         assert vectors.build_index(conn, schema, agent, gen, 64)
     assert not vectors.build_index(conn, schema, "a1", 2, 64)  # there already
+    conn.execute(f"ANALYZE {schema}.vectors")  # as the store does after a bulk load
+    conn.commit()
     hits = 0
     with conn.cursor() as cur:
         for _ in range(30):

@@ -11,7 +11,8 @@ generation's mean. Ranks are negative, best first, like FTS5's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,10 +53,11 @@ def cjk_trigrams(text: str) -> tuple[dict[str, int], int]:
 @dataclass
 class Postings:
     """What the keyword index holds for some chunks: each chunk's length in tokens and in trigrams, its
-    postings rows and its CJK trigram rows, and the totals to add to the generation's."""
+    postings rows (agent, gen, term, chunk, in text, in heading, the chunk's tokens) and its CJK trigram
+    rows, and the totals to add to the generation's."""
 
     lengths: list[tuple[int, int]] = field(default_factory=list)
-    postings: list[tuple[str, int, str, int, int, int]] = field(default_factory=list)
+    postings: list[tuple[str, int, str, int, int, int, int]] = field(default_factory=list)
     grams: list[tuple[str, int, str, int, int]] = field(default_factory=list)
     tokens: int = 0
     trigrams: int = 0
@@ -68,7 +70,7 @@ def postings_for(agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str |
         postings, tokens = postings_of(text, heading)
         grams, trigrams = cjk_trigrams(text)
         out.lengths.append((tokens, trigrams))
-        out.postings.extend((agent_id, gen, term, chunk_id, n[0], n[1]) for term, n in postings.items())
+        out.postings.extend((agent_id, gen, term, chunk_id, n[0], n[1], tokens) for term, n in postings.items())
         out.grams.extend((agent_id, gen, gram, chunk_id, tf) for gram, tf in grams.items())
         out.tokens += tokens
         out.trigrams += trigrams
@@ -80,7 +82,7 @@ def write_postings(cur: Any, schema: str, agent_id: str, gen: int, rows: Posting
     ``token_totals``. Call inside the transaction that wrote the chunks."""
     if rows.postings:
         with cur.copy(
-            f"COPY {schema}.postings (agent_id, gen, term, chunk_id, in_text, in_heading) FROM STDIN"
+            f"COPY {schema}.postings (agent_id, gen, term, chunk_id, in_text, in_heading, tokens) FROM STDIN"
         ) as copy:
             for row in rows.postings:
                 copy.write_row(row)
@@ -193,35 +195,47 @@ class RemembersTotals(Borrowing):
 
 
 def bm25(
-    cur: Any, schema: str, agent_id: str, gen: int, terms: Sequence[str], k: int, known: Totals | None = None
+    cur: Any,
+    schema: str,
+    agent_id: str,
+    gen: int,
+    terms: Sequence[str],
+    k: int,
+    known: Totals | None = None,
+    df: Mapping[str, int] | None = None,
 ) -> list[tuple[int, float, set[str]]]:
     """The ``k`` best chunks for ``terms`` (an OR of them): ``(chunk id, rank, the terms it holds)``, rank
-    negative as FTS5's ``bm25(chunks_fts, 1.0, 0.5)``. ``known``: the generation's totals, if read already."""
+    negative as FTS5's ``bm25(chunks_fts, 1.0, 0.5)``. ``known``: the generation's totals, if read already;
+    ``df``: how many chunks hold each term, if known (else counted here). One index-only pass over the
+    terms' postings, which carry their chunk's length: no join with the chunks."""
     freq = f"p.in_text * {TEXT_WEIGHT} + p.in_heading * {HEADING_WEIGHT}"
-    return _bm25(cur, schema, ("postings", "term", freq, "tokens"), agent_id, gen, terms, k, known)
+    return _bm25(cur, schema, ("postings", "term", freq, "tokens", ""), agent_id, gen, terms, k, known, df)
 
 
 def trigram_bm25(
     cur: Any, schema: str, agent_id: str, gen: int, grams: Sequence[str], k: int, known: Totals | None = None
 ) -> list[tuple[int, float]]:
     """The ``k`` best chunks for CJK trigrams ``grams``, ranked as FTS5's ``bm25(chunks_trigram)``."""
-    found = _bm25(cur, schema, ("grams", "gram", "p.tf", "trigrams"), agent_id, gen, grams, k, known)
+    join = f"JOIN {schema}.chunks c ON c.id = p.chunk_id"
+    found = _bm25(cur, schema, ("grams", "gram", "p.tf", "trigrams", join), agent_id, gen, grams, k, known, None)
     return [(cid, rank) for cid, rank, _ in found]
 
 
 def _bm25(
     cur: Any,
     schema: str,
-    index: tuple[str, str, str, str],
+    index: tuple[str, str, str, str, str],
     agent_id: str,
     gen: int,
     keys: Sequence[str],
     k: int,
     known: Totals | None,
+    df: Mapping[str, int] | None,
 ) -> list[tuple[int, float, set[str]]]:
-    """BM25 over ``index`` = (postings table, its key column, the frequency expression, the chunk length
-    column, also the name of the generation's total in ``token_totals``), in one statement."""
-    table, key, freq, length = index
+    """BM25 over ``index`` = (postings table, its key column, the frequency expression, the chunk length:
+    a column of ``token_totals`` and of the rows, or of ``chunks`` when ``join`` brings them), in one
+    statement."""
+    table, key, freq, length, join = index
     if not keys or k <= 0:
         return []
     known = known if known is not None and known.gen == gen else totals(cur, schema, agent_id, gen)
@@ -229,22 +243,28 @@ def _bm25(
     if total <= 0:
         return []
     mean = max(tokens / total, 1e-9)
+    args: dict[str, Any] = {"keys": list(keys), "agent": agent_id, "gen": gen, "mean": mean, "k": int(k)}
+    if df is None:
+        idf = f"""idf AS MATERIALIZED (
+            SELECT {key} AS key, greatest(ln(({total} - count(*) + 0.5) / (count(*) + 0.5)), {IDF_FLOOR}) AS w
+            FROM {schema}.{table} WHERE agent_id = %(agent)s AND gen = %(gen)s AND {key} = ANY(%(keys)s::text[])
+            GROUP BY {key})"""
+    else:
+        args["weights"] = [max(math.log((total - df.get(t, 0) + 0.5) / (df.get(t, 0) + 0.5)), IDF_FLOOR) for t in keys]
+        idf = "idf AS (SELECT * FROM unnest(%(keys)s::text[], %(weights)s::float8[]) AS i(key, w))"
+    size = f"{'c' if join else 'p'}.{length}"
     cur.execute(
         f"""
-        WITH idf AS MATERIALIZED (
-            SELECT {key} AS key, greatest(ln((%(total)s - count(*) + 0.5) / (count(*) + 0.5)), {IDF_FLOOR}) AS w
-            FROM {schema}.{table}
-            WHERE agent_id = %(agent)s AND gen = %(gen)s AND {key} = ANY(%(keys)s::text[])
-            GROUP BY {key})
-        SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * c.{length} / %(mean)s)))
+        WITH {idf}
+        SELECT p.chunk_id, -sum(idf.w * (f.v * {K1 + 1}) / (f.v + {K1} * (1 - {B} + {B} * {size} / %(mean)s)))
             AS rank, array_agg(p.{key})
         FROM {schema}.{table} p
         JOIN idf ON idf.key = p.{key}
-        JOIN {schema}.chunks c ON c.id = p.chunk_id
+        {join}
         CROSS JOIN LATERAL (SELECT {freq} AS v) f
         WHERE p.agent_id = %(agent)s AND p.gen = %(gen)s AND p.{key} = ANY(%(keys)s::text[])
         GROUP BY p.chunk_id ORDER BY rank, p.chunk_id LIMIT %(k)s
         """,
-        {"keys": list(keys), "agent": agent_id, "gen": gen, "total": float(total), "mean": mean, "k": int(k)},
+        args,
     )
     return [(int(r[0]), float(r[1]), set(r[2])) for r in cur.fetchall()]

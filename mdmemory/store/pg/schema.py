@@ -22,7 +22,7 @@ from typing import Any
 
 from mdmemory.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -118,7 +118,26 @@ def _m3_bulk_writes(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
-MIGRATIONS: dict[int, Callable[[Any, str], None]] = {1: _m1_initial, 2: _m2_sync_state, 3: _m3_bulk_writes}
+def _m4_postings_carry_lengths(cur: Any, s: str) -> None:
+    """Each posting carries its chunk's length, and the primary key's index covers what BM25 reads: a
+    keyword search is one index-only pass over its terms' postings, with no join with ``chunks`` (at 1M
+    chunks, 0.7 s a search with the join)."""
+    for statement in (
+        f"ALTER TABLE {s}.postings ADD COLUMN tokens integer NOT NULL DEFAULT 0",
+        f"UPDATE {s}.postings p SET tokens = c.tokens FROM {s}.chunks c WHERE c.id = p.chunk_id",
+        f"ALTER TABLE {s}.postings DROP CONSTRAINT postings_pkey",
+        f"ALTER TABLE {s}.postings ADD PRIMARY KEY (agent_id, gen, term, chunk_id) "
+        "INCLUDE (in_text, in_heading, tokens)",
+    ):
+        cur.execute(statement)
+
+
+MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
+    1: _m1_initial,
+    2: _m2_sync_state,
+    3: _m3_bulk_writes,
+    4: _m4_postings_carry_lengths,
+}
 
 
 def migrate(conn: Any, schema: str) -> int:

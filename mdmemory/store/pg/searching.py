@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     import numpy as np
 
 
+DF_EXACT_BELOW = 20_000  # chunks; below, document frequencies are counted again after any write
+DF_DRIFT = 0.01  # above, a remembered count holds while the chunk count moves less than this share
+
+
 class PgSearching(keyword.RemembersTotals):
     """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies).
 
@@ -26,6 +30,7 @@ class PgSearching(keyword.RemembersTotals):
 
     hnsw: HnswConfig
     _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
+    _df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # gen, term -> (df, chunks, version)
 
     def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
@@ -37,9 +42,9 @@ class PgSearching(keyword.RemembersTotals):
         what the SQLite store's highlighted words tell the search."""
         parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
         terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        totals = self.totals()
+        totals, df = self.totals(), self.document_frequencies(terms)
         with self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k, totals)
+            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k, totals, df)
         return [(cid, rank, {w for w, ts in parts.items() if ts and set(ts) <= found}) for cid, rank, found in ranked]
 
     @borrows
@@ -48,6 +53,8 @@ class PgSearching(keyword.RemembersTotals):
         terms = keyword.query_terms([word])
         if not terms:
             return 0
+        if len(terms) == 1:
+            return min(self.document_frequencies(terms)[terms[0]], int(limit))
         key = (self.gen, self.totals().version)
         if self._df[0] != key:
             self._df = (key, {})
@@ -61,6 +68,38 @@ class PgSearching(keyword.RemembersTotals):
         ).fetchone()
         self._df[1][(word, limit)] = int(row[0])
         return int(row[0])
+
+    @borrows
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many chunks hold each term. Counted once and remembered: until the generation changes at
+        all while it is small, and while its chunk count stays within ``DF_DRIFT`` of what it was when
+        counted once it holds ``DF_EXACT_BELOW`` chunks (an IDF moves by less than 0.01 then, and counting
+        a frequent term's postings again after every write would cost more than the search)."""
+        totals = self.totals()
+        memo = self._df_terms if self._df_terms[0] == self.gen else (self.gen, {})
+        self._df_terms = memo
+        out: dict[str, int] = {}
+        missing = []
+        for term in dict.fromkeys(terms):
+            seen = memo[1].get(term)
+            if seen is not None and (
+                seen[2] == totals.version
+                or (totals.chunks >= DF_EXACT_BELOW and abs(totals.chunks - seen[1]) <= DF_DRIFT * seen[1])
+            ):
+                out[term] = seen[0]
+            else:
+                missing.append(term)
+        if missing:
+            rows = self.conn.execute(
+                f"SELECT term, count(*) FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+                "AND term = ANY(%s) GROUP BY term",
+                (self.agent_id, self.gen, missing),
+            ).fetchall()
+            counted = {str(t): int(n) for t, n in rows}
+            for term in missing:
+                out[term] = counted.get(term, 0)
+                memo[1][term] = (out[term], totals.chunks, totals.version)
+        return out
 
     @borrows
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:

@@ -77,6 +77,7 @@ class PgStore(PgIndexing, PgSearching):
         self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
+        self._df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # see document_frequencies
         self._indexed: set[tuple[int, int]] = set()  # (generation, dims) known to have a valid HNSW index
 
     def close(self) -> None:
@@ -194,7 +195,8 @@ class PgStore(PgIndexing, PgSearching):
         if not try_lock(self.url, key):
             return
         try:
-            vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims, self.hnsw)
+            if vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims, self.hnsw):
+                self.analyze()  # a bulk load: the planner's statistics and the visibility map after it
             self._indexed.add((self.gen, dims))
         finally:
             unlock(self.url, key)
@@ -268,7 +270,8 @@ class PgStore(PgIndexing, PgSearching):
         """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
         plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
         for table in ("chunks", "postings", "grams", "vectors", "token_totals"):
-            self.conn.execute(f"ANALYZE {self.schema}.{table}")
+            # postings vacuumed too: BM25 reads them index-only once their pages are marked all-visible
+            self.conn.execute(f"{'VACUUM (ANALYZE)' if table == 'postings' else 'ANALYZE'} {self.schema}.{table}")
 
     def _drop_generation(self, cur: Any, gen: int) -> None:
         s, a = self.schema, self.agent_id

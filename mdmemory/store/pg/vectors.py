@@ -91,7 +91,9 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
     The caller holds the agent's index lock (no one else builds it) and ``conn`` is in no transaction. An
     index left invalid by a build that died is dropped and built again. ``maintenance_work_mem`` is raised
     for the build, up to ``BUILD_MEMORY_MAX_MB``, when the graph would not fit (pgvector then builds on disk,
-    several times slower). The table's statistics are refreshed after. Returns True when it built one."""
+    several times slower). Returns True when it built one: the rows came in bulk, so the caller refreshes
+    the planner's statistics (else it may think the generation holds one vector and sort it through a
+    btree instead of asking the new index)."""
     from psycopg import sql
 
     with conn.cursor() as cur:
@@ -118,9 +120,6 @@ def build_index(conn: Any, schema: str, agent_id: str, gen: int, dims: int, para
         finally:
             if want_mb > current_mb:
                 conn.execute("RESET maintenance_work_mem")
-        # the rows came in bulk: without fresh statistics the planner may think the generation holds one
-        # vector and sort it through a btree instead of asking the new index
-        conn.execute(sql.SQL("ANALYZE {}.vectors").format(sql.Identifier(schema)))
     finally:
         conn.autocommit = autocommit
     return True
