@@ -26,6 +26,7 @@ from mdmemory.storeconfig import shown_url as shown_url
 
 DEFAULT_MAX_CONNECTIONS = 16  # per URL and process (store.maxConnections); a borrower waits this long, then fails
 POOL_WAIT_SECONDS = 10.0
+WORK_MEM = "32MB"  # per sort or hash of a query on a pooled connection (see _configure)
 CHECK_AFTER_IDLE_SECONDS = 5.0  # a connection idle longer is checked before it is lent (see borrow)
 _pools: dict[str, Any] = {}
 _pools_lock = threading.Lock()
@@ -88,8 +89,10 @@ def _pool(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
 
 def _configure(conn: Any) -> None:
     """Pooled connections run in autocommit: a read is one round trip (no BEGIN, no COMMIT); what must be
-    atomic runs in ``conn.transaction()``."""
+    atomic runs in ``conn.transaction()``. ``work_mem`` of ``WORK_MEM``: a keyword search over frequent
+    terms groups tens of thousands of postings by chunk, which spilled to disk at the default 4 MB."""
     conn.autocommit = True
+    conn.execute(f"SET work_mem = '{WORK_MEM}'")
 
 
 def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
