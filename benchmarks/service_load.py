@@ -7,7 +7,7 @@ ContextPack, JSON). Then 8 clients ``POST /retain`` proxy-shaped entries for ``-
 report gives entries/s, errors, and entries acknowledged (202) but missing from ``sessions/*.md`` (lost).
 
     python benchmarks/service_load.py [--chunks 10000] [--queries 400] [--retain-seconds 10] [--json out.json]
-        [--workdir DIR]
+        [--workdir DIR] [--only minilm|keyword] [--serve-args '--recall-workers 0']
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ def write_config(path: Path, ws: Path, provider: str, store: str) -> Path:
         "provider": provider,
         "store": {"path": store},
         "chunking": {"tokens": 96, "overlap": 8, "windowTokens": 0},
+        "sources": ["memory", "sessions"],  # what the service searches: `index` then prunes old retained turns
     }
     if provider == "local":
         ms["local"] = {"modelPath": str(MINILM), "threads": 2}
@@ -99,11 +100,11 @@ def run(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 class Server:
-    def __init__(self, config: Path, env: dict[str, str], log: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str], log: Path, extra: list[str] = ()) -> None:  # type: ignore[assignment]
         self.port = free_port()
         self.log = open(log, "ab")  # noqa: SIM115
         env = {**env, "MEMORY_API_TOKEN": TOKEN}
-        cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(config), "--port", str(self.port)]
+        cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(config), "--port", str(self.port), *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while True:
@@ -132,6 +133,23 @@ class Server:
         self.proc.terminate()
         self.proc.wait(60)
         self.log.close()
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of ``pid`` and its live children (the recall workers), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def queries(n: int) -> list[dict[str, Any]]:
@@ -181,9 +199,12 @@ def recall_load(server: Server, bodies: list[dict[str, Any]]) -> dict[str, Any]:
                     errors += 1
         conn.close()
 
+    cpu = cpu_seconds(server.proc.pid)
     wall = run_clients(client)
+    cpu = cpu_seconds(server.proc.pid) - cpu
     q = statistics.quantiles(latencies, n=100)
     return {
+        "serverCpuMsPerRecall": round(cpu * 1000 / max(1, len(latencies)), 2),
         "requests": len(latencies),
         "errors": errors,
         "p50Ms": round(q[49], 1),
@@ -237,6 +258,8 @@ def main() -> None:
     ap.add_argument("--retain-seconds", type=float, default=10.0)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--workdir", type=Path, help="keep the workspace and indexes here (reused by later runs)")
+    ap.add_argument("--only", choices=("minilm", "keyword"), help="measure one index only")
+    ap.add_argument("--serve-args", default="", help="extra `mdmemory serve` arguments, e.g. '--recall-workers 0'")
     args = ap.parse_args()
     if not MINILM.is_file():
         raise SystemExit(f"{MINILM} is missing")
@@ -244,18 +267,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mdmemory-service-load-") as tmp:
         root = args.workdir.resolve() if args.workdir else Path(tmp)
         ws = root / "ws" if (root / "ws").is_dir() else build_workspace(root, args.chunks)
-        shutil.rmtree(ws / "sessions", ignore_errors=True)  # a reused workspace: drop an earlier run's turns
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
         bodies = queries(args.queries)
         for name, provider in (("minilm", "local"), ("keyword", "none")):
+            if args.only and name != args.only:
+                continue
             cfg = write_config(root / f"{name}.json", ws, provider, f"{{home}}/state/{name}/{{agentId}}.sqlite")
+            # no turns retained by an earlier run or phase; the folder stays (a missing one holds its rows)
+            shutil.rmtree(ws / "sessions", ignore_errors=True)
+            (ws / "sessions").mkdir()
             t = time.perf_counter()
             indexed = run(["index", "--config", str(cfg)], env)
             status = run(["status", "--config", str(cfg)], env)
             print(f"{name}: indexed {status['chunks']} chunks in {time.perf_counter() - t:.1f} s", file=sys.stderr)
-            server = Server(cfg, env, root / f"{name}.log")
+            server = Server(cfg, env, root / f"{name}.log", args.serve_args.split())
             try:
+                health = json.loads(server.request("GET", "/healthz")[1])
                 result = recall_load(server, bodies)
+                result["recallWorkers"] = health.get("recallWorkers", 0)
                 result["chunks"] = status["chunks"]
                 if name == "minilm":
                     result["retain"] = retain_load(server, ws, args.retain_seconds)

@@ -43,6 +43,8 @@ _IDENTITY_GROUPS = (
 
 def before_search(mem: Memory) -> tuple[bool, list[str]]:
     """Catch up before answering. Returns (stale, notes); never waits for another writer."""
+    if not mem.agent.files_here:
+        return _entries(mem)
     stored = mem.store.get_meta("identity")
     if stored is not None and not mem.indexer.identity_matches():
         return True, [f"{identity_change(stored, mem.indexer.identity())}: {start(mem, 'rebuild')}"]
@@ -74,6 +76,25 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
     if deferred or pending:
         notes.append(_leftover_note(mem, deferred, pending))
     return bool(deferred), notes
+
+
+def _entries(mem: Memory) -> tuple[bool, list[str]]:
+    """A replica without the agent's files: index the database's new entries and tombstones, if any changed
+    since this object last did (mdmemory.entryindex); the rest of the index is the agent's host's to keep."""
+    log = mem.store.entry_log()
+    version = log.version() if log is not None else None
+    if version is None or version == mem.entries_seen:
+        return False, []
+    try:
+        report = mem._sync(wait=0).to_dict()
+    except LockError:
+        return True, [f"another process{_busy(mem)} is indexing; results may be a few seconds old"]
+    except EmbeddingsPending as exc:
+        report = exc.report
+    except (ProviderError, StoreError) as exc:
+        return True, [f"retained entries could not be indexed; results may be stale: {exc}"]
+    mem.entries_seen = version
+    return False, [f"{e['path']}: {e['error']}" for e in report.get("errors", [])]
 
 
 def _leftover_note(mem: Memory, deferred: int, pending: int) -> str:

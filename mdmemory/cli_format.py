@@ -103,6 +103,8 @@ def _watcher_lines(w: dict[str, Any]) -> list[str]:
         if w.get("socket"):
             line += " · answers search/get/pack"
         return [line] + ([f"its last sync failed: {w['lastError']}"] if w.get("lastError") else [])
+    if w.get("reason"):
+        return [f"not here ({w['reason']}: the agent's host runs `mdmemory watch`)"]
     if w.get("lastPid"):
         return [f"not running (pid {w['lastPid']} last seen {_iso(w.get('lastHeartbeat') or 0)})"]
     return ["not running (`mdmemory watch` keeps the index fresh)"]

@@ -22,6 +22,13 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p = sub.add_parser("serve", parents=[common], help="run the memory-plane HTTP service (recall/retain/forget)")
     p.add_argument("--host", default=None, help="default: service.host (127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: service.port (8080)")
+    p.add_argument(
+        "--recall-workers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes answering recalls (default: service.recallWorkers, one per core up to 4; 0: none)",
+    )
     p.set_defaults(func=None, command_main=serve_main)
 
     p = sub.add_parser("describe", parents=[common], help="print the service descriptor (.claw-describe.json)")
@@ -56,7 +63,9 @@ def serve_main(args: argparse.Namespace) -> int:
 
     try:
         config, fingerprint = load_pinned(args.config)
-        serve(config, args.host, args.port, fingerprint=fingerprint)
+        if args.recall_workers is not None and not 0 <= args.recall_workers <= 64:
+            raise ConfigError(f"--recall-workers must be 0-64, got {args.recall_workers}")
+        serve(config, args.host, args.port, fingerprint=fingerprint, recall_workers=args.recall_workers)
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE)
     except MdMemoryError as exc:

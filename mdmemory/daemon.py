@@ -25,6 +25,8 @@ from mdmemory.config import AgentConfig, Config
 from mdmemory.errors import LockError, StoreError
 from mdmemory.ipc_server import IpcServer
 from mdmemory.memory import Memory
+from mdmemory.service.agents import with_sessions
+from mdmemory.service.drain import Drainer
 from mdmemory.statefile import write_state_file
 from mdmemory.sync import SyncService
 from mdmemory.watcher import MemoryWatcher
@@ -45,6 +47,7 @@ class AgentWatch:
     state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
     state_error: str | None = None
     socket: str | None = None  # where it answers the command line (mdmemory.ipc_server), if it does
+    drainer: Drainer | None = None  # writes what replicas without the files retained (shared store only)
 
     def write_state(self) -> None:
         state = {
@@ -62,7 +65,13 @@ class AgentWatch:
 
 
 def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, polling: bool | None = None) -> AgentWatch:
-    """Take the agent's watch lock, start its sync service and watcher, and request the initial sync."""
+    """Take the agent's watch lock, start its sync service and watcher, and request the initial sync.
+
+    An agent in the shared store also gets a ``Drainer`` (what replicas without its files retained goes into
+    them) and its ``sessions/`` folder indexed, as ``mdmemory serve`` indexes it (``with_sessions``)."""
+    shared = agent.memory_search.store.backend == "postgres"
+    if shared:
+        agent = with_sessions(agent)
     lock = FileLock(f"{agent.store_path}.watch.lock")
     agent.store_path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -126,6 +135,8 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
         raise
     service.request_sync()
     watch = AgentWatch(agent, lock, service, watcher, time.time())
+    if shared:
+        watch.drainer = start_drainer(agent, service, emit)
     with contextlib.suppress(OSError):  # retried every heartbeat, which reports a failure
         watch.write_state()
     report_watcher(watch, emit)
@@ -137,6 +148,21 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
 
     watcher.on_state = on_state
     return watch
+
+
+def start_drainer(agent: AgentConfig, service: SyncService, emit: Emit) -> Drainer:
+    """Write the entries replicas without this host's files retained (and their forgets) into the files."""
+
+    def drained(report: dict[str, Any]) -> None:
+        emit({"event": "drained", "agent": agent.id, **report})
+        service.request_sync()
+
+    def failed(exc: BaseException) -> None:
+        emit({"event": "error", "agent": agent.id, "error": f"retained entries not written yet: {exc}"})
+
+    drainer = Drainer(agent, drained, failed)
+    drainer.start()
+    return drainer
 
 
 def report_watcher(watch: AgentWatch, emit: Emit) -> None:
@@ -162,6 +188,8 @@ def report_watcher(watch: AgentWatch, emit: Emit) -> None:
 
 
 def stop_agent(watch: AgentWatch) -> None:
+    if watch.drainer is not None:
+        watch.drainer.stop()
     watch.watcher.stop()
     watch.service.stop()
     with contextlib.suppress(OSError):
@@ -189,6 +217,10 @@ def run(
         for agent in agents:
             if not agent.memory_search.enabled:
                 emit({"event": "skipped", "agent": agent.id, "reason": "memorySearch.enabled is false"})
+                continue
+            if not agent.files_here:
+                reason = "its files are on another host (service.remoteAgents): watch it there"
+                emit({"event": "skipped", "agent": agent.id, "reason": reason})
                 continue
             watches.append(start_agent(agent, config, emit, polling=polling))
         if fingerprint is not None and watches:

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdmemory import roots, transcripts
+from mdmemory import entryindex, roots, transcripts
 from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
@@ -17,6 +17,7 @@ from mdmemory.errors import ProviderError, SyncCancelled
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, FileRow
 from mdmemory.store.api import IndexStore
+from mdmemory.store.lines import VIRTUAL_SIZE
 from mdmemory.workspace import MemoryFile, Workspace, read_text
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
@@ -232,7 +233,8 @@ class Indexer:
     def _update(self, progress: Progress | None, prune: bool = False, deadline: float | None = None) -> SyncReport:
         started = time.monotonic()
         report = SyncReport()
-        indexed = self.store.files()
+        entries = entryindex.snapshot(self.store, self.workspace)  # the database's, for the session files
+        indexed = self._indexed()
         on_disk = self.workspace.discover()
         # after discovery, so a folder that vanished during it counts as missing, not as emptied
         held = roots.guard(self.workspace.missing_roots(), indexed, prune=prune, rebuild=False)
@@ -252,18 +254,21 @@ class Indexer:
                 )
                 continue
             try:
-                self._sync_file(mf, indexed.get(mf.rel), limit, report)
+                self._sync_file(mf, indexed.get(mf.rel), limit, report, entries)
             except ProviderError:
                 raise
             except (OSError, ValueError, UnicodeError) as exc:
                 report.errors.append({"path": mf.rel, "error": f"{type(exc).__name__}: {exc}"})
         present = {mf.rel for mf in on_disk if is_utf8(mf.rel)} | held  # never delete under a missing root
+        present |= entryindex.kept(entries)  # a day file only the database has entries for, so far
         report.held = len(held)
         skipped = {s["path"] for s in report.skipped}
         for path in indexed:
             if path not in present or path in skipped:
                 self.store.delete_file(path)
                 report.removed += 1
+        if entries:
+            entryindex.index_entries(self, entries, report, files_here=True)
         if self.settings.cache.enabled:
             self.store.cache_prune(self.settings.cache.max_entries)
         identity = self.identity()
@@ -274,7 +279,9 @@ class Indexer:
         self.store.set_meta("lastSync", {"at": time.time(), "report": report.to_dict()})
         return report
 
-    def _sync_file(self, mf: MemoryFile, row: FileRow | None, limit: int, report: SyncReport) -> None:
+    def _sync_file(
+        self, mf: MemoryFile, row: FileRow | None, limit: int, report: SyncReport, entries: entryindex.Snapshot
+    ) -> None:
         size, mtime = mf.size, mf.mtime  # from the discovery stat
         if size > limit:
             report.skipped.append(
@@ -290,24 +297,32 @@ class Indexer:
             return
         text, replaced, raw = read_text(mf.abs)
         digest = hashlib.sha256(raw).hexdigest()
+        viewed = entryindex.viewed(entries, mf.rel, text)
+        if viewed != text:  # the database's entries for it are not all in the file yet (mdmemory.sessionview)
+            digest, text, size, mtime = sha256(viewed), viewed, VIRTUAL_SIZE, 0.0
         if row is not None and row.hash == digest:
-            self.store.touch_file(mf.rel, mtime, size)
+            if size != VIRTUAL_SIZE:
+                self.store.touch_file(mf.rel, mtime, size)
             report.unchanged += 1
             return
+        self.write_text(FileRow(mf.rel, mf.source, digest, mtime, size, replaced), text, report)
+
+    def write_text(self, file_row: FileRow, text: str, report: SyncReport) -> None:
+        """Chunk ``text`` as ``file_row.path``'s content and replace that file's rows with it."""
         counter = self.provider.count_tokens if self.provider else None
         chunks = chunk_markdown(
             text,
-            mf.rel,
+            file_row.path,
             tokens=self.settings.chunking.tokens,
             overlap=self.settings.chunking.overlap,
             **({"count_tokens": counter} if counter else {}),
         )
+        path, source = file_row.path, file_row.source
         rows = [
-            ChunkRow(mf.rel, mf.source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading, c.text)
+            ChunkRow(path, source, c.start_line, c.end_line, c.hash, sha256(embedding_input(c)), c.heading, c.text)
             for c in chunks
         ]
         vectors = self.embedder.known_vectors(rows, report) if self.embedder else None
-        file_row = FileRow(mf.rel, mf.source, digest, mtime, size, replaced)
         ids = self.store.replace_file(file_row, rows, vectors)
         if self.embedder is not None:
             self.embedder.remember(ids)
@@ -328,7 +343,7 @@ class Indexer:
         Returns (path, state, size) with state ``new``, ``modified`` or ``deleted``. A file touched without
         a content change shows up here; ``stale_files`` confirms with hashes.
         """
-        indexed = self.store.files()
+        indexed = self._indexed()
         out: list[tuple[str, str, int]] = []
         present: set[str] = set()
         for mf in self.workspace.discover():
@@ -347,9 +362,14 @@ class Indexer:
         out.extend((p, "deleted", 0) for p in indexed if p not in present)
         return out
 
+    def _indexed(self) -> dict[str, FileRow]:
+        """The indexed files of this workspace's sources (see ``Workspace.sources``)."""
+        sources = self.workspace.sources
+        return {path: row for path, row in self.store.files().items() if row.source in sources}
+
     def stale_files(self) -> list[dict[str, str]]:
         """Files whose index rows differ from disk, computed from the files themselves (not a flag)."""
-        indexed = self.store.files()
+        indexed = self._indexed()
         stale: list[dict[str, str]] = []
         for path, state, _ in self.changed_files():
             if state == "modified":

@@ -99,6 +99,7 @@ class Memory(ProviderSelection):
         self._changes = 0  # bumped by changed(): a catch-up that began before a write does not cover it
         self._caught_up: tuple[float, int, tuple[bool, list[str]]] | None = None
         self.catches_up = True  # False for a second reader of an index another object keeps up to date
+        self.entries_seen: tuple[int, int] | None = None  # the EntryLog version this replica last indexed
 
     @classmethod
     def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
@@ -185,9 +186,14 @@ class Memory(ProviderSelection):
         current = self.choice
         # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
         keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
-        report = self.indexer.sync(
-            force=force, progress=progress, wait=wait, embed=embed, budget=budget, keep_live=keep_live, prune=prune
-        )
+        if not self.agent.files_here:  # a replica without the files: the database's entries, nothing else
+            from mdmemory.entryindex import sync_entries
+
+            report = sync_entries(self.indexer, wait, embed)
+        else:
+            report = self.indexer.sync(
+                force=force, progress=progress, wait=wait, embed=embed, budget=budget, keep_live=keep_live, prune=prune
+            )
         if report.embed_error is not None:
             raise EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
         return report
@@ -353,7 +359,7 @@ class Memory(ProviderSelection):
             with deadline.until(until):  # catching up and the query embedding share the search's budget
                 stale, more = self._sync_before_search()
             notes.extend(more)
-        missing = self.workspace.missing_roots()
+        missing = self.workspace.missing_roots() if self.agent.files_here else []
         if missing:
             notes.extend(roots.warnings(missing, self.store.files()))
         provider = self.choice.provider
@@ -363,7 +369,7 @@ class Memory(ProviderSelection):
         elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
             stored = self.store.get_meta("identity") or {}
             notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
-        with self.store.reading():  # one connection for the search's queries on PostgreSQL
+        with self.store.reading():  # one connection and one snapshot for the search's queries on PostgreSQL
             outcome = run_search(
                 self.store,
                 query,
@@ -374,6 +380,7 @@ class Memory(ProviderSelection):
                 keyword_score=q.keyword_score,
                 today=clock.day(self.agent),
                 low_confidence_results=q.low_confidence_results,
+                sources=self.workspace.sources,
             )
         notes.extend(outcome.notes)
         extra: dict[str, Any] = {}

@@ -28,13 +28,14 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mdmemory.query import WORD, contains_all_terms, fold, query_terms
 from mdmemory.redaction import redact
-from mdmemory.search import Hit, _fold, contains_all_terms, log_date, low_confidence_picks, query_terms
+from mdmemory.scoring import log_date, low_confidence_picks
+from mdmemory.search import Hit
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 from mdmemory.workspace import ROOT_FILES
@@ -46,7 +47,6 @@ NEAR_DUPLICATE = 0.8  # word-set Jaccard at or above which two items say the sam
 FOCUS_LINES = 2
 CONTEXT_LINES = 1
 WIDEN_TOP = 2
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 LinesOf = Callable[[str], "list[str] | None"]
 """A file's lines (``\\n``-split, ``\\r\\n`` normalised) by workspace-relative path; None when unreadable."""
@@ -184,6 +184,7 @@ def build_pack(
     widen_after: int | None = WIDEN_TOP,
     price_by_line: bool = False,
     low_confidence: int = 0,
+    explain: bool = True,
 ) -> Pack:
     """Pack ``hits`` (in ranking order) into at most ``budget_tokens`` tokens; see the module docstring.
 
@@ -193,6 +194,8 @@ def build_pack(
     as the module docstring says. ``price_by_line`` prices items as the sum of their lines (for a caching
     model tokenizer; additive tokenizers such as WordPiece give the same figure). When no candidate passes
     ``min_score``, up to ``low_confidence`` of the closest are packed anyway, their items ``low_confidence``.
+    Without ``explain`` (no trace asked), a candidate that can only be excluded because ``max_items`` are
+    in already is not compared with them, and its receipt says ``max_items`` even where it also repeats one.
     """
     windows = windows or {}
     if mode == "keyword":
@@ -237,7 +240,7 @@ def build_pack(
     idf = term_weights(list(line_sets.values()))
     total = sum(idf.values())
     # 2. greedy selection under the budget, then the exact count of the whole bundle
-    sel = _Selection(count, budget_tokens, max_items, header=bool(staged), by_line=price_by_line)
+    sel = _Selection(count, budget_tokens, max_items, header=bool(staged), by_line=price_by_line, explain=explain)
     for i, (rank, hit, f, s, e) in enumerate(staged):
         if i == widen_after:
             _widen(sel, staged[:i], receipts)
@@ -268,8 +271,11 @@ class _Selection:
     """Greedy selection state: included items (``None`` once merged into another), what each merge or
     addition changed (to undo the last ones if the exact count of the bundle is over), tokens used."""
 
-    def __init__(self, count: TokenCounter, budget: int, max_items: int | None, header: bool, by_line: bool) -> None:
+    def __init__(
+        self, count: TokenCounter, budget: int, max_items: int | None, header: bool, by_line: bool, explain: bool
+    ) -> None:
         self.count, self.budget, self.max_items, self.by_line = count, budget, max_items, by_line
+        self.explain = explain
         self.base = count("")
         self._newline: int | None = None
         self.slots: list[_Slot | None] = []
@@ -292,11 +298,14 @@ class _Selection:
     def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int, low: bool = False) -> Receipt:
         """Include, merge or exclude one trimmed candidate; its receipt (reasons name slots as ``#i``)."""
         c = hit.chunk
-        item = _item(c.path, c.source, f, lo, hi, hit.score, low)
-        ref = item.ref
-        words = set(_WORD.findall(_fold(item.text)))
+        ref = cite(c.path, lo, hi)
         live = [(i, sl) for i, sl in enumerate(self.slots) if sl is not None]
         touching = [i for i, sl in live if sl.item.path == c.path and _touches(sl.item, lo, hi)]
+        full = self.max_items is not None and len(live) >= self.max_items
+        if full and not touching and not self.explain:
+            return _receipt(rank, hit, ref, "excluded", "max_items")
+        item = _item(c.path, c.source, f, lo, hi, hit.score, low)
+        words = set(WORD.findall(fold(item.text)))
         if touching:
             first = self.slots[touching[0]]
             assert first is not None
@@ -323,7 +332,7 @@ class _Selection:
         twin = next((i for i, sl in live if _jaccard(words, sl.words) >= NEAR_DUPLICATE), None)
         if twin is not None:
             return _receipt(rank, hit, ref, "excluded", f"duplicate_of #{twin}")
-        if self.max_items is not None and len(live) >= self.max_items:
+        if full:
             return _receipt(rank, hit, ref, "excluded", "max_items")
         cost = self._cost(item)
         if self.used + cost > self.budget:
@@ -426,8 +435,9 @@ def _touches(item: PackItem, lo: int, hi: int) -> bool:
 
 
 def _jaccard(a: set[str], b: set[str]) -> float:
-    union = len(a | b)
-    return len(a & b) / union if union else 0.0
+    common = len(a & b)
+    union = len(a) + len(b) - common
+    return common / union if union else 0.0
 
 
 def _render(items: Sequence[PackItem]) -> str:

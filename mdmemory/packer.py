@@ -27,6 +27,7 @@ from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
 from mdmemory.store import ChunkRow
 from mdmemory.store.api import IndexStore
+from mdmemory.store.lines import VIRTUAL_SIZE, file_lines
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.workspace import Workspace, read_text
 
@@ -108,7 +109,7 @@ def run_pack(
         query=query,
         terms=outcome.terms,
         mode=outcome.mode,
-        lines_of=file_reader(memory.workspace),
+        lines_of=lines_reader(memory),
         budget_tokens=budget_tokens,
         windows=windows,
         count=count,
@@ -117,6 +118,7 @@ def run_pack(
         weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
         price_by_line=provider is not None,
         low_confidence=min(q.low_confidence_results, q.max_results),
+        explain=trace,
     )
     if any(item.low_confidence for item in pack.items):
         warning = (
@@ -204,6 +206,39 @@ def file_reader(workspace: Workspace) -> LinesOf:
     def lines_of(path: str) -> list[str] | None:
         if path not in local:
             local[path] = _read_lines(workspace, path)
+        return local[path]
+
+    return lines_of
+
+
+def lines_reader(memory: Memory) -> LinesOf:
+    """Lines of the candidates' files: from the workspace, or from the index where it holds other text than
+    the file (a session file with entries still only in the database) or the files are not on this machine."""
+    if not memory.agent.files_here:
+        return store_reader(memory.store)
+    disk, stored = file_reader(memory.workspace), store_reader(memory.store)
+    virtual: set[str] | None = None
+
+    def lines_of(path: str) -> list[str] | None:
+        nonlocal virtual
+        if path.startswith("sessions/"):
+            if virtual is None:
+                virtual = {p for p, row in memory.store.files().items() if row.size == VIRTUAL_SIZE}
+            if path in virtual:
+                return stored(path)
+        return disk(path)
+
+    return lines_of
+
+
+def store_reader(store: IndexStore) -> LinesOf:
+    """Lines of memory files as the index holds them (mdmemory.store.lines), for a process that does not hold
+    the files (a ``mdmemory serve`` replica): the pack's check that a chunk is in its file always passes."""
+    local: dict[str, list[str] | None] = {}
+
+    def lines_of(path: str) -> list[str] | None:
+        if path not in local:
+            local[path] = file_lines(store.chunks_of(path)) or None
         return local[path]
 
     return lines_of

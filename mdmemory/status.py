@@ -55,10 +55,16 @@ def build_status(mem: Memory) -> dict[str, Any]:
     provider = choice.provider
     path = mem.agent.store_path
     health = read_health(path)
-    warnings = _workspace_warnings(mem)
+    here = mem.agent.files_here  # False: a replica without the agent's files (service.remoteAgents)
+    warnings = _workspace_warnings(mem) if here else []
     store: IndexStore | None = None
     fault: StoreError | None = None
-    index: dict[str, Any] = {**dict.fromkeys(_INDEX_FIELDS), "lastSyncSeconds": None, "staleFiles": []}
+    index: dict[str, Any] = {
+        **dict.fromkeys(_INDEX_FIELDS),
+        "lastSyncSeconds": None,
+        "staleFiles": [],
+        "otherSources": {},
+    }
     matches = True
     try:
         store = mem.store
@@ -69,7 +75,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
         mem.release_store()  # the next use opens it again: it may be repaired or writable by then
-    if store is not None and fault is None:
+    if store is not None and fault is None and here:
         with contextlib.suppress(StoreError, *store_errors()):
             warnings[:0] = roots.warnings(mem.workspace.missing_roots(), store.files())
     if not mem.settings.enabled:
@@ -102,6 +108,12 @@ def build_status(mem: Memory) -> dict[str, Any]:
         "worker": catchup.worker_state(mem),
         "warnings": warnings,
     }
+    if not here:
+        out.update(filesHere=False, staleFiles=[], watcher={"running": False, "reason": "files on another host"})
+    log = store.entry_log() if store is not None and fault is None else None
+    if log is not None:  # the shared store: what replicas without the files retained and forgot, not in them yet
+        with contextlib.suppress(StoreError, *store_errors()):
+            out["entries"] = log.stats()
     if choice.fallback:
         out["fallback"] = choice.fallback
     if provider is not None:
@@ -147,6 +159,7 @@ def _index_fields(
         "lastSync": _iso(last["at"]) if last else None,
         "lastSyncSeconds": last["report"]["seconds"] if last else None,
         "staleFiles": indexer.stale_files(),
+        "otherSources": _other_sources(store, mem.workspace.sources),
     }
     return fields, matches, store.get_meta("lastError")
 
@@ -237,3 +250,15 @@ def _shown_error(entry: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+
+
+def _other_sources(store: IndexStore, mine: frozenset[str]) -> dict[str, dict[str, int]]:
+    """Files and chunks in the index (counted in ``files``/``chunks``) from sources this config neither
+    keeps up to date nor searches, e.g. ``sessions`` rows indexed by ``mdmemory serve``."""
+    other: dict[str, dict[str, int]] = {}
+    for row in store.files().values():
+        if row.source not in mine:
+            seen = other.setdefault(row.source, {"files": 0, "chunks": 0})
+            seen["files"] += 1
+            seen["chunks"] += row.chunks
+    return other

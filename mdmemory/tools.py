@@ -35,7 +35,7 @@ def search_response(
     """
     from mdmemory.pack import cite  # here, not at the top: memory_get needs neither the search nor the pack
     from mdmemory.redaction import redact
-    from mdmemory.search import SNIPPET_CHARS, make_snippet
+    from mdmemory.snippets import SNIPPET_CHARS, make_snippet
 
     results = []
     for h in outcome.hits:

@@ -11,6 +11,7 @@ after it, and the section's heading line when only blank lines separate it from 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import re
@@ -19,11 +20,11 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mdmemory.query import WORD, fold
 from mdmemory.redaction import find_secrets
-from mdmemory.search import _fold, _same_stem
+from mdmemory.scoring import same_stem
 from mdmemory.tokens import CJK_RUN
 
-_WORD = re.compile(r"\w+", re.UNICODE)
 _HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]|$)")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
@@ -115,29 +116,35 @@ class FileLines:
 
 class TermMatcher:
     """Which query terms a line holds: words by a shared stem-like prefix of up to five letters, as keyword
-    search attributes matches (``search._same_stem``), CJK terms as substrings; case and accents folded as
+    search attributes matches (``scoring.same_stem``), CJK terms as substrings; case and accents folded as
     FTS5 folds them. One regular expression finds the candidate words of a line; each distinct word found
     is attributed to its terms once."""
 
     def __init__(self, terms: Sequence[str]) -> None:
-        folded = [(term, _fold(term)) for term in terms]
+        folded = [(term, fold(term)) for term in terms]
         self.cjk = [(term, t) for term, t in folded if CJK_RUN.fullmatch(t)]
-        self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and _WORD.fullmatch(t)]
+        self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and WORD.fullmatch(t)]
         alternatives = sorted({a for _, t in self.words for a in _alternatives(t)}, key=len, reverse=True)
-        self.pattern = re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)") if alternatives else None
+        self.pattern = _words_pattern(tuple(alternatives)) if alternatives else None
         self._memo: dict[str, tuple[str, ...]] = {}
 
     def held(self, line: str) -> set[str]:
-        folded = _fold(line)
+        folded = fold(line)
         found = {term for term, t in self.cjk if t in folded}
         if self.pattern is not None:
             plain = folded if folded.isascii() else CJK_RUN.sub(" ", folded)
             for word in self.pattern.findall(plain):
                 terms = self._memo.get(word)
                 if terms is None:
-                    terms = self._memo[word] = tuple(term for term, t in self.words if _same_stem(word, t))
+                    terms = self._memo[word] = tuple(term for term, t in self.words if same_stem(word, t))
                 found.update(terms)
         return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _words_pattern(alternatives: tuple[str, ...]) -> re.Pattern[str]:
+    """One pattern per set of query words (``re``'s own cache of 512 churns under a service's many queries)."""
+    return re.compile(r"(?<!\w)(?:" + "|".join(alternatives) + r")(?!\w)")
 
 
 def line_terms(line: str, terms: Sequence[str]) -> set[str]:
@@ -146,7 +153,7 @@ def line_terms(line: str, terms: Sequence[str]) -> set[str]:
 
 
 def _alternatives(t: str) -> list[str]:
-    """Regex alternatives for the words that may share a stem with term ``t`` (``search._same_stem``)."""
+    """Regex alternatives for the words that may share a stem with term ``t`` (``scoring.same_stem``)."""
     if len(t) < 3:
         return [re.escape(t)]
     return [re.escape(t[:5]) + r"\w*", re.escape(t[:3])] + ([re.escape(t[:4])] if len(t) >= 4 else [])

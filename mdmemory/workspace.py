@@ -136,6 +136,13 @@ class Workspace:
             return text[len(prefix) :].replace(os.sep, "/")
         return text.replace(os.sep, "/")
 
+    @property
+    def sources(self) -> frozenset[str]:
+        """The sources this workspace's files come from (``sessions`` only with that source on). An index
+        may hold rows of others, written by a process with another view (the service searches ``sessions``
+        for every agent): a sync never prunes them and a search never returns them."""
+        return frozenset(("memory", "extra", "sessions") if self.sessions_dir is not None else ("memory", "extra"))
+
     def source_of(self, rel: str) -> str:
         parts = PurePosixPath(rel).parts
         if rel in ROOT_FILES or (len(parts) > 1 and parts[0] == MEMORY_DIR):

@@ -37,7 +37,8 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_cache: P
     home = tmp_path / "mdmemory-home"
     monkeypatch.setenv("MDMEMORY_HOME", str(home))
     monkeypatch.setenv("MDMEMORY_PROBE_CACHE", str(probe_cache))
-    for var in ("MDMEMORY_CONFIG", "MDMEMORY_WORKSPACE", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
+    hidden = ("MDMEMORY_CONFIG", "MDMEMORY_WORKSPACE", "MDMEMORY_REMOTE_AGENTS", "OPENAI_API_KEY", "OPENAI_BASE_URL")
+    for var in hidden:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return home

@@ -132,3 +132,25 @@ def tiny_ggufs(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def tiny_gguf(tiny_ggufs: dict[str, Path]) -> Path:
     """The tiny BERT as an f16 GGUF."""
     return tiny_ggufs["f16"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def llama_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str | None:
+    """The llama.cpp CPU backend of this test process, loaded before any test: the one a Q8_0 model runs on.
+
+    A process keeps the backend its first model chose (mdmemory.providers.native), and the tests load f32,
+    f16 and Q8_0 models in one process. On a CPU that advertises AMX the best backend runs f16 models but dies
+    on Q8_0 ones, while the one a Q8_0 model needs runs every type: so that one is chosen first, through the
+    crash probe as the product does. None where llama-cpp-python or gguf is not installed."""
+    try:
+        import gguf  # noqa: F401
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return None
+    from mdmemory.providers import native, probe
+
+    q8_0 = request.getfixturevalue("tiny_ggufs")["q8_0"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MDMEMORY_PROBE_CACHE", str(request.getfixturevalue("probe_cache")))
+        variant = probe.ensure_runs(q8_0, 128, 1, loaded=native.loaded_variant())
+    return native.load_llama_cpp(variant)[1]

@@ -38,20 +38,23 @@ class Service:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    host: str = "127.0.0.1"
+    prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NS``: run it on another "host"
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0) -> None:
-        self.port = free_port()
+        self.port = free_port() if not self.prefix else 18080  # another network namespace: all ports free
         env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
         env.pop("MEMORY_API_TOKEN", None)
         if self.token:
             env["MEMORY_API_TOKEN"] = self.token
         out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config), "--port", str(self.port)],
+            [*self.prefix, sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config)]
+            + ["--host", self.host, "--port", str(self.port)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -12,7 +12,6 @@ import json5
 import pytest
 
 from mdmemory.config import (
-    RANGES,
     AgentConfig,
     ChunkingConfig,
     Config,
@@ -23,6 +22,7 @@ from mdmemory.config import (
     camel,
     load_config,
 )
+from mdmemory.configrules import RANGES
 from mdmemory.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"

@@ -121,7 +121,11 @@ def unit(v: np.ndarray) -> np.ndarray:
 @pytest.fixture(scope="module")
 def providers(tiny_ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("cache")
-    made = {t: LocalEmbeddingProvider(str(path), cache, threads=1) for t, path in tiny_ggufs.items()}
+    # Q8_0 first: a process keeps the CPU backend its first model chose, and on a CPU that advertises AMX
+    # the best one runs f32/f16 models but not Q8_0 ones (mdmemory.providers.probe); the reverse holds
+    made = {t: LocalEmbeddingProvider(str(tiny_ggufs[t]), cache, threads=1) for t in ("q8_0", "f16", "f32")}
+    for provider in made.values():
+        provider.load()
     yield made
     for provider in made.values():
         provider.close()

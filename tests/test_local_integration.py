@@ -16,7 +16,7 @@ import pytest
 from mdmemory.chunker import chunk_markdown
 from mdmemory.indexer import embedding_input
 from mdmemory.memory import Memory
-from mdmemory.search import STOP_WORDS
+from mdmemory.query import STOP_WORDS
 from mdmemory.search import search as run_search
 from mdmemory.store import ChunkRow
 from mdmemory.tokens import estimate_tokens

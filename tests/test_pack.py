@@ -390,3 +390,23 @@ def test_property_budget_ranges_and_receipts(files, picks, budget, max_items, co
                 i.path == path and i.start_line <= int(start) and int(end or start) <= i.end_line for i in p.items
             )
     assert all(isinstance(i, PackItem) for i in p.items)
+
+
+def test_without_explain_the_same_items_are_packed_and_only_max_items_reasons_differ() -> None:
+    """A recall asks for no trace: candidates beyond ``max_items`` are then not compared with the items in."""
+    words = "kiwi fig plum lime pear date yuzu sloe rowan quince medlar lychee guava mango papaya".split()
+    lines = [f"- vault {' '.join(words[(i * 7 + j) % 15] + str(i) for j in range(6))}" for i in range(1, 41)]
+    lines[30] = lines[0]  # the candidate on line 33 repeats the one on line 3: a near-duplicate
+    files = {"memory/2026-03-09.md": "# Log\n\n" + "\n".join(lines)}
+    hits = [hit(chunk("memory/2026-03-09.md", n, n, n, files), 0.9 - n / 100) for n in range(3, 40, 3)]
+    hits.append(hit(chunk("memory/2026-03-09.md", 4, 4, 99, files), 0.1))  # touches an item: merged either way
+    explained = pack(hits, files=files, max_items=4, span=1)
+    quick = pack(hits, files=files, max_items=4, span=1, explain=False)
+    assert quick.items == explained.items and quick.bundle_text == explained.bundle_text
+    assert quick.used_tokens == explained.used_tokens
+    for a, b in zip(quick.receipts, explained.receipts, strict=True):
+        assert (a.ref, a.decision) == (b.ref, b.decision)
+        assert a.reason == b.reason or (a.reason == "max_items" and b.decision == "excluded")
+    assert any(r.reason.startswith("merged_into") for r in quick.receipts)
+    assert sum(r.decision == "included" for r in quick.receipts) == 5
+    assert any(r.reason.startswith("duplicate_of") for r in explained.receipts)

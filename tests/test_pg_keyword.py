@@ -117,17 +117,19 @@ def test_migrations_run_once_and_refuse_a_newer_schema(pg: tuple[Any, str]) -> N
         check_schema_name("Robert'); DROP TABLE x;--")
 
 
-def test_an_index_written_by_schema_3_is_searched_the_same_after_migrating(pg: tuple[Any, str]) -> None:
+def test_an_index_written_before_postings_carried_lengths_is_searched_the_same_after_migrating(
+    pg: tuple[Any, str],
+) -> None:
     from mdmemory.store.pg.schema import MIGRATIONS
 
     conn, _ = pg
     old = "m_" + uuid.uuid4().hex[:10]
-    with conn.transaction(), conn.cursor() as cur:  # a schema as version 3 left it, with rows
+    with conn.transaction(), conn.cursor() as cur:  # a schema as version 4 left it, with rows
         cur.execute(f"CREATE SCHEMA {old}")
         cur.execute(
             f"CREATE TABLE {old}.migrations (version integer PRIMARY KEY, applied_at timestamptz DEFAULT now())"
         )
-        for number in (1, 2, 3):
+        for number in (1, 2, 3, 4):
             MIGRATIONS[number](cur, old)
             cur.execute(f"INSERT INTO {old}.migrations (version) VALUES (%s)", (number,))
         chunks = corpus(30)

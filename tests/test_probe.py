@@ -129,6 +129,7 @@ def test_a_crashing_local_model_hands_over_to_the_fallback_and_the_process_lives
     }
     body = {"agents": {"defaults": {"workspace": str(workspace), "memorySearch": memory_search}}}
     config.write_text(json.dumps(body))
+    first = native.loaded_variant() or "auto"  # a process that runs a backend already probes on that one
     with Memory.open(config_path=config) as mem:
         report = mem.sync()
         assert report["indexed"] == 1
@@ -137,7 +138,7 @@ def test_a_crashing_local_model_hands_over_to_the_fallback_and_the_process_lives
         assert "SIGILL" in found["fallback"]["reason"] and found["fallback"]["from"] == "local"
         assert found["results"][0]["path"] == "MEMORY.md"
         assert "SIGILL" in mem.status()["fallback"]["reason"]
-    assert runs(log)[0] == "auto"  # the crash happened in the probe's child; this process lives on
+    assert runs(log)[0] == first  # the crash happened in the probe's child; this process lives on
 
 
 def test_loading_twice_keeps_the_first_backend() -> None:
@@ -147,3 +148,22 @@ def test_loading_twice_keeps_the_first_backend() -> None:
     if native.variants(native.library_dir(module)):
         assert first in native.variants(native.library_dir(module))
         assert native.loaded_variant() == first
+
+
+def test_a_second_model_is_probed_on_the_backend_the_process_already_runs(
+    tiny_gguf: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on an Intel VM advertising AMX: its best backend ran an f16 model and died on a Q8_0 one. A process
+    that loaded that backend for the first model must not load the second on it: a ProviderError, not SIGILL."""
+    monkeypatch.setenv("MDMEMORY_PROBE_CACHE", str(tmp_path / "cache"))
+    stand_in, log = stand_in_python(tmp_path, {"haswell": "ok", "sapphirerapids": "ill"})
+    assert probe.ensure_runs(tiny_gguf, 64, 1, python=stand_in, loaded="haswell") == "haswell"
+    with pytest.raises(ProviderError) as err:
+        probe.ensure_runs(tiny_gguf, 64, 1, python=stand_in, loaded="sapphirerapids")
+    message = str(err.value)
+    assert "SIGILL" in message and "sapphirerapids" in message and "process of their own" in message
+    assert runs(log) == ["haswell", "sapphirerapids"]  # only the loaded backend is tried, never another
+    with pytest.raises(ProviderError, match="sapphirerapids"):  # cached: no second crash
+        probe.ensure_runs(tiny_gguf, 64, 1, python=stand_in, loaded="sapphirerapids")
+    assert probe.ensure_runs(tiny_gguf, 64, 1, python=stand_in, loaded="haswell") == "haswell"
+    assert len(runs(log)) == 2

@@ -14,7 +14,7 @@ from mdmemory.agent import clock
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError
 from mdmemory.memory import Memory
-from mdmemory.search import decay_factor, log_date, mmr_order
+from mdmemory.scoring import decay_factor, log_date, mmr_order
 from tests.conftest import write
 
 NOTE = "The deploy uses a blue-green rollout with canary checks before the switch."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,18 +12,10 @@ from mdmemory.agent.schemas import SEARCH_OUTPUT, call_tool
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory
-from mdmemory.search import (
-    LOW_CONFIDENCE_SHARE,
-    cjk_match,
-    contains_all_terms,
-    fuse_rrf,
-    fuse_weighted,
-    low_confidence_picks,
-    make_snippet,
-    normalise_bm25,
-    query_terms,
-)
-from mdmemory.store.index import fts_match
+from mdmemory.query import cjk_match, contains_all_terms, query_terms
+from mdmemory.scoring import LOW_CONFIDENCE_SHARE, fuse_rrf, fuse_weighted, low_confidence_picks, normalise_bm25
+from mdmemory.snippets import make_snippet
+from mdmemory.store.fts import fts_match
 from mdmemory.tools import CITED_RESULT_KEYS
 from tests.conftest import both_backends, write
 from tests.test_agent_tools import validate
@@ -340,7 +331,7 @@ def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_m
 
 def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
     """A concurrent writer can add chunks between reading the chunk count and counting a term."""
-    from mdmemory.search import term_weights
+    from mdmemory.scoring import term_weights
 
     class Racing:
         def chunk_count(self) -> int:
@@ -351,32 +342,6 @@ def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
 
     ideal, held = term_weights(Racing(), ["heron"], {1: {"heron"}})  # type: ignore[arg-type]
     assert ideal > 0 and held == {1: ideal}
-
-
-@pytest.mark.parametrize("two_pass_rows", [1, 2_000])  # many matching rows: two statements; few: one
-def test_keyword_matches_marks_the_same_words_as_highlighting_in_the_ranked_statement(
-    workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch, two_pass_rows: int
-) -> None:
-    import mdmemory.store.index as index_mod
-
-    monkeypatch.setattr(index_mod, "TWO_PASS_ROWS", two_pass_rows)
-    write(
-        workspace / "MEMORY.md", "Preamble without a heading: the Kingfishers nest here.\n\n# Birds\n\nHerons fish.\n"
-    )
-    for i in range(12):
-        write(workspace / "memory" / f"2026-03-{i + 1:02d}.md", f"# Kingfisher day {i}\n\nA heron and {i} otters.\n")
-    mem = make_memory(provider="none")
-    mem.sync()
-    match = '"kingfisher" OR "heron" OR "otter"'
-    one = mem.store.conn.execute(
-        "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
-        "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT 5",
-        (match,),
-    ).fetchall()
-    expected = [(r[0], r[1], {w.lower() for w in re.findall("\x01(.*?)\x02", f"{r[2]} {r[3]}")}) for r in one]
-    got = mem.store.keyword_matches(["kingfisher", "heron", "otter"], 5)
-    assert got == expected and len(got) == 5
-    assert any("kingfisher" in words and "heron" in words for _, _, words in got)
 
 
 @both_backends

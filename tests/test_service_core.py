@@ -194,3 +194,30 @@ def test_service_config_keys(tmp_path: Path) -> None:
     cfg.write_text("{service: {autoAgent: true}}")
     with pytest.raises(ConfigError, match="autoAgents"):
         load_config(cfg)
+
+
+def test_recall_body_size_is_counted_exactly_as_the_response_is_written() -> None:
+    """memories_of counts the body block by block; it must match the JSON the service sends, to the byte."""
+    import json as _json
+
+    from mdmemory.service.contract import MAX_RECALL_BODY_BYTES
+    from mdmemory.service.recall import memories_of
+
+    items = [
+        {
+            "text": "\x01é" * 500 + f' note {i} "quoted" \u2028 tab\t',  # escapes grow: \u0001
+            "ref": f"memory/2026-01-0{i}.md#L1-L2",
+            "kind": "daily",
+            "score": 0.5,
+            "source": "memory",
+            "date": f"2026-01-0{i}",
+        }
+        for i in range(1, 9)
+    ]
+    out = memories_of({"items": items})
+    body = _json.dumps({"memories": out}, ensure_ascii=False).encode("utf-8")
+    assert len(body) <= MAX_RECALL_BODY_BYTES
+    assert len(out) < len(items)  # the limit was reached, so the count decided
+    # one more block would not have fitted: the count is exact, not a loose bound
+    extra = {**out[-1]}
+    assert len(_json.dumps({"memories": [*out, extra]}, ensure_ascii=False).encode("utf-8")) > MAX_RECALL_BODY_BYTES

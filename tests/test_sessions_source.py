@@ -16,7 +16,7 @@ from mdmemory.config import load_config
 from mdmemory.errors import ConfigError
 from mdmemory.memory import Memory
 from mdmemory.transcripts import DELTA_MESSAGES, messages
-from tests.conftest import write
+from tests.conftest import both_backends, write
 from tests.test_watcher import Harness, wait_for
 
 SESSIONS = ["memory", "sessions"]
@@ -232,3 +232,34 @@ def test_the_watcher_watches_sessions_and_transcripts(
         assert h.reader.search("octopus logs", min_score=0.0)["results"][0]["path"] == "sessions/transcripts/s-9.md"
     finally:
         h.stop()
+
+
+@both_backends
+def test_a_process_without_the_sessions_source_never_prunes_the_rows_of_one_with_it(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    """The service searches sessions/ for every agent; a CLI or watch on the same config does not. Found in
+    the field: a CLI search pruned the service's retained turns from the index, and recalls lost them."""
+    write(workspace / "MEMORY.md", "# Memory\n\nThe reindeer tracker is a Go program.\n")
+    write(workspace / "sessions" / "2026-11-23.md", TURN)
+    with_sessions = make_memory({"sources": SESSIONS}, provider="none")
+    with_sessions.sync()
+    without = make_memory(provider="none")
+    without.sync()  # a full sync, the way every search catches up first
+    assert {r["source"] for r in without.search("reindeer tracker", min_score=0)["results"]} == {"memory"}
+    assert without.status()["staleFiles"] == []  # the other source's rows are not stale for it
+    found = with_sessions.search("reindeer tracker port", min_score=0)["results"]
+    assert found[0]["path"] == "sessions/2026-11-23.md"  # still indexed: nothing to re-index
+    assert with_sessions.indexer.changed_files() == []
+
+
+def test_status_counts_the_rows_of_sources_it_does_not_search(
+    workspace: Path, make_memory: Callable[..., Memory]
+) -> None:
+    write(workspace / "MEMORY.md", "# Memory\n\nThe reindeer tracker is a Go program.\n")
+    write(workspace / "sessions" / "2026-11-23.md", TURN)
+    make_memory({"sources": SESSIONS}, provider="none").sync()
+    without = make_memory(provider="none")
+    status = without.status()
+    assert status["otherSources"] == {"sessions": {"files": 1, "chunks": 1}}
+    assert status["files"] == 2  # the index holds both; this config searches MEMORY.md only

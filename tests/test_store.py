@@ -140,7 +140,7 @@ def test_cache_prune_keeps_the_newest(tmp_path: Path) -> None:
 
 
 def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mdmemory.store.index as index_mod
+    import mdmemory.store.knn as index_mod
     import mdmemory.store.matrix as matrix_mod
 
     monkeypatch.setattr(matrix_mod, "MAX_BYTES", 0)  # never held in memory: sqlite-vec's paths answer

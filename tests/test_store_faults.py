@@ -143,7 +143,11 @@ def test_watch_survives_a_full_disk_and_converges_when_space_is_freed(tmp_path: 
             filler.unlink()
             deadline = time.monotonic() + 60
             with Memory(load_config(config).agent()) as mem:
-                while mem.status()["staleFiles"] and time.monotonic() < deadline:
+                # converged: every file indexed and the sync that did it finished (it clears lastError last)
+                while time.monotonic() < deadline:
+                    status = mem.status()
+                    if not status["staleFiles"] and status["lastError"] is None:
+                        break
                     time.sleep(0.5)
                 status = mem.status()
                 assert status["staleFiles"] == [] and status["files"] == len(new) + 1

@@ -248,7 +248,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if not isinstance(n_ctx_train, int) or n_ctx_train <= 0:
                 raise ProviderError(f"{path} has no {arch}.context_length: is it a complete GGUF model?")
             n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
-            variant = probe.ensure_runs(path, n, self.threads)  # a crash here kills a child, not us
+            # a crash here kills a child, not us; on the backend this process runs already, if it runs one
+            variant = probe.ensure_runs(path, n, self.threads, loaded=native.loaded_variant())
             llama_cpp, self.cpu_backend = native.load_llama_cpp(variant)
             try:
                 llm = native.open_model(llama_cpp, str(path), n, self.threads)

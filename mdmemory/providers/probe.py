@@ -62,12 +62,20 @@ def cpu_name() -> str:
     return cpu_identity().split("|", 1)[0] or "unknown CPU"
 
 
-def ensure_runs(model: Path, n_ctx: int, threads: int, *, python: str | None = None) -> str | None:
+def ensure_runs(
+    model: Path, n_ctx: int, threads: int, *, python: str | None = None, loaded: str | None = None
+) -> str | None:
     """Make sure loading ``model`` and embedding with it does not crash this process.
 
     Returns the CPU backend variant to load (None: llama.cpp's own choice or a linked-in backend).
     Raises ProviderError when every variant crashes, naming the signal and the fix.
+
+    ``loaded`` is the variant this process already runs (``native.loaded_variant()``): a backend cannot be
+    unloaded, so the model is probed on that one alone (seen: an AMX build that runs f16 models dies on a
+    Q8_0 one, which needs a lower variant), and a crash there is a ProviderError, not the process's death.
     """
+    if loaded is not None:
+        return _ensure_runs_on(model, n_ctx, threads, python or sys.executable, loaded)
     llama_cpp = native.import_llama_cpp()
     lib = native.library_dir(llama_cpp)
     shipped = native.variants(lib)
@@ -120,6 +128,45 @@ def ensure_runs(model: Path, n_ctx: int, threads: int, *, python: str | None = N
         )
     # The child failed without crashing (a damaged file...): loading in-process raises the same error cleanly.
     return None
+
+
+def _ensure_runs_on(model: Path, n_ctx: int, threads: int, python: str, variant: str) -> str:
+    """``ensure_runs`` for a process that already loaded the CPU backend ``variant``."""
+    llama_cpp = native.import_llama_cpp()
+    try:
+        st = os.stat(model)
+    except OSError as exc:
+        raise ProviderError(f"cannot read model file {model}: {exc.strerror or exc}") from exc
+    key_src = json.dumps(
+        [native.library_fingerprint(llama_cpp), os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx]
+        + [cpu_identity(), sys.version, f"on {variant}"]
+    )
+    entry = cache_dir() / (hashlib.sha256(key_src.encode()).hexdigest()[:32] + ".json")
+    cached = _read(entry)
+    if cached is None:
+        outcome = _run(python, model, n_ctx, threads, variant)
+        if outcome.get("timeout"):
+            raise ProviderError(
+                f"loading {model.name} in a probe process took over {PROBE_TIMEOUT_SECONDS:.0f} s: "
+                "is the model file on a slow or hung filesystem?"
+            )
+        if not outcome["ok"] and not outcome["signal"]:
+            return variant  # failed without crashing (a damaged file): loading in-process raises it cleanly
+        if outcome["signal"]:
+            cached = {
+                "ok": False,
+                "at": time.time(),
+                "error": f"llama.cpp is killed by {outcome['signal']} running {model.name} on its {variant} CPU "
+                f"backend, which this process already loaded for another model (a backend cannot be unloaded; "
+                f"{model.name} needs a lower one on this CPU, {cpu_name()}): give the agents of this model a "
+                "process of their own (another `mdmemory serve` or `watch`), or use one model type for all",
+            }
+        else:
+            cached = {"ok": True, "variant": variant, "at": time.time()}
+        _write(entry, cached)
+    if not cached.get("ok"):
+        raise ProviderError(cached["error"])
+    return variant
 
 
 def _run(python: str, model: Path, n_ctx: int, threads: int, variant: str | None) -> dict[str, Any]:

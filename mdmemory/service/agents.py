@@ -5,6 +5,9 @@ which creates ``{home}/agents/{id}/`` from the workspace template. Agents whose 
 share one provider (a local model is loaded once per process, and its computations run on one thread of
 its own: ``mdmemory.providers.runner``); each agent serialises only its own index work.
 
+An agent in ``service.remoteAgents`` is served without its files (mdmemory.service.remote): retains go to the
+shared store's entries, recalls read file text from the index.
+
 The service always searches the retained turns: the ``sessions`` source (``memorySearch.sources``) is
 switched on for every agent it serves (pack items from them have kind ``session``).
 """
@@ -12,6 +15,7 @@ switched on for every agent it serves (pack items from them have kind ``session`
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from collections.abc import Mapping
@@ -19,11 +23,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config
-from mdmemory.errors import MdMemoryError
+from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
+from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.memory import Memory
 from mdmemory.service.contract import check_agent_id
+from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
+from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -41,10 +47,11 @@ class UnknownAgent(MdMemoryError):
 class Agent:
     config: AgentConfig
     memory: Memory
-    log: SessionLog
+    log: SessionLog | RemoteLog  # LocalLog (a SessionLog) for an agent in the shared store whose files are here
     lock: threading.Lock  # around the writes of ``memory``: sync, forget, catching up
     readers: Readers  # what recalls search with, side by side
     dirty: bool = field(default=False)
+    drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
 
     def catch_up(self) -> None:
         """Bring the index up to date with the files before a recall: at once after a retain or forget
@@ -69,7 +76,7 @@ def with_sessions(agent: AgentConfig) -> AgentConfig:
     return replace(agent, memory_search=replace(ms, sources=(*ms.sources, "sessions")))
 
 
-def _provider_key(agent: AgentConfig) -> str:
+def provider_key(agent: AgentConfig) -> str:
     ms = agent.memory_search
     parts = (ms.enabled, ms.provider, ms.model, ms.fallback, asdict(ms.local), asdict(ms.remote))
     return json.dumps(parts, sort_keys=True, default=str)
@@ -84,6 +91,7 @@ class Agents:
         self._agents: dict[str, Agent] = {}
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
         self._lock = threading.Lock()
+        self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
 
     def ids(self) -> list[str]:
         return [a.id for a in self.config.agents]
@@ -104,7 +112,7 @@ class Agents:
             opened = self._agents.get(agent_id)
             if opened is not None:
                 return opened.memory._choice
-            return self._choices.get(_provider_key(config)) if config is not None else None
+            return self._choices.get(provider_key(config)) if config is not None else None
 
     def opened(self) -> list[Agent]:
         with self._lock:
@@ -127,7 +135,7 @@ class Agents:
         workspace = (root / agent_id).resolve()
         if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
-        if not workspace.exists():
+        if not workspace.exists() and not is_remote(agent_id, self.remote):
             root.mkdir(parents=True, exist_ok=True)
             if TEMPLATE.is_dir():
                 shutil.copytree(TEMPLATE, workspace)
@@ -138,17 +146,31 @@ class Agents:
         if "{agentId}" not in template:
             template = DEFAULT_STORE_PATH
         store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home)))
-        return replace(base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False)
+        here = not is_remote(agent_id, self.remote)
+        return replace(
+            base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False, files_here=here
+        )
 
     def _open(self, agent: AgentConfig) -> Agent:
         agent = with_sessions(agent)
-        if Path(agent.workspace).is_dir():  # a missing workspace is never created (an unmounted volume)
-            (Path(agent.workspace) / SESSIONS_DIR).mkdir(exist_ok=True)
-        key = _provider_key(agent)
+        log: SessionLog | RemoteLog
+        drainer = None
+        if not agent.files_here:  # on another host (service.remoteAgents): the shared store's entries
+            if agent.memory_search.store.backend != "postgres":  # an autoAgents agent (the file's are checked)
+                raise ConfigError(f"agent {agent.id!r} is in service.remoteAgents but not in the shared store")
+            log = RemoteLog(agent)
+        else:
+            if Path(agent.workspace).is_dir():  # a missing workspace is never created (an unmounted volume)
+                (Path(agent.workspace) / SESSIONS_DIR).mkdir(exist_ok=True)
+            shared = agent.memory_search.store.backend == "postgres"
+            log = LocalLog(agent) if shared else SessionLog(agent)
+            if shared:
+                drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
+        key = provider_key(agent)
         memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
         memory.catch_up_interval = CATCH_UP_SECONDS
         self._choices.setdefault(key, memory.choice)
-        return Agent(agent, memory, SessionLog(agent), threading.Lock(), Readers(memory))
+        return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
     def close(self) -> None:
         with self._lock:

@@ -23,7 +23,8 @@ from starlette.routing import Route
 from mdmemory.errors import EmbeddingsPending, InvalidArgumentError, MdMemoryError
 from mdmemory.service import contract
 from mdmemory.service.agents import Agents, UnknownAgent
-from mdmemory.service.recall import recall
+from mdmemory.service.recall import recall, recall_info
+from mdmemory.service.recallpool import RecallPool
 from mdmemory.service.telemetry import Telemetry
 
 DESCRIPTOR: dict[str, Any] = {
@@ -45,7 +46,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``limit`` bytes (also for chunked bodies), 400 when not JSON."""
+    """The body as a JSON object; 413 past ``limit`` bytes (also for chunked bodies), 400 when not JSON.
+    The bytes stay in ``request.state.raw`` (a recall worker parses them again rather than a re-encoding)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
@@ -54,8 +56,9 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         data += chunk
         if len(data) > limit:
             raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
+    request.state.raw = raw = bytes(data)
     try:
-        body = json.loads(bytes(data))
+        body = json.loads(raw)
     except ValueError as exc:
         raise HttpError(400, f"body: invalid JSON ({exc})") from None
     if not isinstance(body, dict):
@@ -63,7 +66,10 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     return body
 
 
-def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = None) -> Starlette:
+def build_app(
+    agents: Agents, token: str | None, telemetry: Telemetry | None = None, pool: RecallPool | None = None
+) -> Starlette:
+    """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can)."""
     tel = telemetry or Telemetry()
     limit = agents.config.service.max_body_bytes
     expected = token.encode("utf-8") if token else None
@@ -108,6 +114,16 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
     async def do_recall(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
         agent = agents.get(body["agent_id"])
+        if pool is not None:
+            if agent.memory.catch_up_due():  # else nothing to do: no thread hop
+                await run_in_threadpool(agent.catch_up)
+            answered = await pool.recall(agent.config.id, request.state.raw)
+            if answered is not None:
+                header, payload = answered
+                if header["status"] != 200:
+                    raise HttpError(header["status"], str(header.get("error") or "recall failed"))
+                info = {"blocks": header.get("blocks"), "size": header.get("size")}
+                return Response(payload, media_type="application/json"), info
 
         def run() -> dict[str, Any]:
             agent.catch_up()
@@ -116,8 +132,7 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
 
         result = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
-        info = {"blocks": len(result["memories"]), "size": sum(len(m["text"].encode()) for m in result["memories"])}
-        return Response(payload, media_type="application/json"), info
+        return Response(payload, media_type="application/json"), recall_info(result)
 
     async def do_retain(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         meta = contract.check_metadata(body)
@@ -151,7 +166,7 @@ def build_app(agents: Agents, token: str | None, telemetry: Telemetry | None = N
         return JSONResponse(DESCRIPTOR)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True, "agents": agents.ids()})
+        return JSONResponse({"ok": True, "agents": agents.ids(), "recallWorkers": pool.alive if pool else 0})
 
     async def status(request: Request) -> Response:
         if not authorised(request):

@@ -49,6 +49,24 @@ def file_header(day: str) -> str:
     return f"# Sessions {day}\n\n"
 
 
+def closing(entry_id: str) -> str:
+    """The line that ends ``entry_id``'s block: text that is in a file (and an index) holding the block."""
+    return _CLOSE.format(id=entry_id)
+
+
+def joiner(text: str) -> str:
+    """What goes between the end of a session file's ``text`` (its last two characters suffice) and a block
+    appended to it: the file's heading for an empty file, else what makes one blank line between blocks."""
+    if not text:
+        return ""
+    return "" if text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
+
+
+def appended(text: str, day: str, block: str) -> str:
+    """``text`` of ``sessions/<day>.md`` with ``block`` appended as a retain appends it to the file."""
+    return (text + joiner(text) if text else file_header(day)) + block
+
+
 def render(entry_id: str, time_of_day: str, model: str, turn: Turn) -> str:
     """One block, ending with a newline; ``turn`` must already be redacted."""
     model = re.sub(r"[^\w.:/@+-]", "_", model or "unknown-model")[:80]

@@ -24,14 +24,19 @@ from mdmemory.service.contract import (
 RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citations within 8 KiB
 
 
-def _size(memories: list[dict[str, Any]]) -> int:
-    return len(json.dumps({"memories": memories}, ensure_ascii=False).encode("utf-8"))
+_EMPTY_BODY = len(b'{"memories": []}')
+
+
+def _json_size(block: dict[str, Any]) -> int:
+    """Bytes ``block`` takes in the response body (``json.dumps`` as the service writes it)."""
+    return len(json.dumps(block, ensure_ascii=False).encode("utf-8"))
 
 
 def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
     """The pack's items as proxy memory blocks, within the limits."""
     out: list[dict[str, Any]] = []
     text_bytes = 0
+    body_bytes = _EMPTY_BODY
     for item in pack.get("items", []):
         kind = str(item.get("kind") or "")
         if kind in BLOCKED_KINDS or len(out) >= MAX_RECALL_BLOCKS:
@@ -44,11 +49,19 @@ def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
         block["source"] = str(item.get("source") or "")
         if item.get("date"):
             block["ts"] = str(item["date"])
-        if _size([*out, block]) > MAX_RECALL_BODY_BYTES:
+        grown = body_bytes + _json_size(block) + (2 if out else 0)  # ", " between blocks
+        if grown > MAX_RECALL_BODY_BYTES:
             continue
         out.append(block)
         text_bytes += size
+        body_bytes = grown
     return out
+
+
+def recall_info(result: dict[str, Any]) -> dict[str, Any]:
+    """What telemetry says of a recall: how many blocks and bytes of text (never the text)."""
+    memories = result["memories"]
+    return {"blocks": len(memories), "size": sum(len(m["text"].encode("utf-8")) for m in memories)}
 
 
 def recall(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:

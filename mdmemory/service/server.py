@@ -19,7 +19,8 @@ from typing import Any
 from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
-from mdmemory.service.agents import Agents
+from mdmemory.service.agents import Agent, Agents
+from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.telemetry import Telemetry
 
 DRAIN_SECONDS = 30
@@ -70,6 +71,8 @@ class BackgroundIndexer:
 
         while not self._stop.wait(INDEX_EVERY_SECONDS):
             for agent in self.agents.opened():
+                if agent.drainer is not None and not self._stop.is_set():
+                    self._drain(agent)
                 if not agent.dirty or self._stop.is_set():
                     continue
                 agent.dirty = False
@@ -82,6 +85,17 @@ class BackgroundIndexer:
                     status = "failed"  # status shows it (lastError); the next retain or search tries again
                 self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
+    def _drain(self, agent: Agent) -> None:
+        """Write what replicas without the agent's files retained and forgot into them (mdmemory.service.drain)."""
+        assert agent.drainer is not None
+        try:
+            report = agent.drainer.run_once()
+        except (MdMemoryError, OSError):
+            return  # the database or the workspace is away: the next pass tries again
+        if report is not None:
+            agent.dirty = True
+            agent.memory.changed()
+
 
 def serve(
     config: Config,
@@ -89,8 +103,10 @@ def serve(
     port: int | None = None,
     env: Mapping[str, str] | None = None,
     fingerprint: str | None = None,
+    recall_workers: int | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT. Raises ConfigError for a non-loopback host without a token.
+    ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
     With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
     answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
@@ -104,9 +120,13 @@ def serve(
     token = token_of(config, env)
     check_bind(host, token)
     telemetry = Telemetry()
-    agents = Agents(config)
+    agents = Agents(config, env)
     indexer = BackgroundIndexer(agents, telemetry)
-    app = build_app(agents, token, telemetry)
+    workers = config.service.recall_workers if recall_workers is None else recall_workers
+    pool = RecallPool(config, default_size() if workers is None else workers)
+    if pool.size:
+        pool.start()  # before the first request: each worker imports and reads the configuration once
+    app = build_app(agents, token, telemetry, pool if pool.size else None)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
     server = uvicorn.Server(
         uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, **settings)
@@ -126,6 +146,7 @@ def serve(
         if sockets is not None:
             sockets.stop()
         indexer.stop()
+        pool.close()
         agents.close()
 
 

@@ -19,8 +19,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -34,13 +35,14 @@ from mdmemory.errors import LockError, WorkspaceError
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
 from mdmemory.service.canonical import entry_id
-from mdmemory.service.contract import Turn, bad, turn_of
+from mdmemory.service.contract import ENTRY_ID, Turn, bad, turn_of
 from mdmemory.workspace import SESSIONS_DIR, open_regular
 
 TOMBSTONES = ".tombstones.jsonl"
 LOCK_NAME = ".mdmemory.lock"
 LOCK_TIMEOUT_SECONDS = 30.0
 Status = Literal["retained", "duplicate", "forgotten"]
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 
 def entry_time(entry: dict[str, Any], metadata: dict[str, Any]) -> datetime:
@@ -58,6 +60,17 @@ def entry_time(entry: dict[str, Any], metadata: dict[str, Any]) -> datetime:
         return ts.astimezone(ZoneInfo(name))
     except (ZoneInfoNotFoundError, ValueError):
         raise bad("metadata.timezone", f"{name[:60]!r} is not an IANA time zone name such as 'Europe/Lisbon'") from None
+
+
+def render_entry(entry: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, str, str]:
+    """``(entry id, day, block)``: the entry's block (redacted) and the day of the file it goes into."""
+    eid = entry_id(entry)
+    when = entry_time(entry, metadata)
+    turn = turn_of(entry)
+    turn = Turn(redact(turn.user), redact(turn.assistant), tuple(redact(t) for t in turn.tools))
+    model = entry.get("effective_model") or entry.get("requested_model") or metadata.get("requested_model")
+    block = blocks.render(eid, when.strftime("%H:%M:%S"), redact(str(model or "")), turn)
+    return eid, when.date().isoformat(), block
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -192,29 +205,36 @@ class SessionLog:
 
     def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
         """Append ``entry`` as one block (redacted) unless it is retained or tombstoned already."""
-        metadata = metadata or {}
-        eid = entry_id(entry)
-        when = entry_time(entry, metadata)
-        turn = turn_of(entry)
-        turn = Turn(redact(turn.user), redact(turn.assistant), tuple(redact(t) for t in turn.tools))
-        model = entry.get("effective_model") or entry.get("requested_model") or metadata.get("requested_model")
-        model = str(model or "")
-        block = blocks.render(eid, when.strftime("%H:%M:%S"), redact(model), turn)
-        day = when.date().isoformat()
-        path = self.dir / f"{day}.md"
+        eid, day, block = render_entry(entry, metadata or {})
+        return self.write_blocks([(eid, day, block)])[0], eid
+
+    def write_blocks(self, items: Sequence[tuple[str, str, str]]) -> list[Status]:
+        """Append each ``(entry id, day, rendered block)`` to ``sessions/<day>.md`` unless its id is retained or
+        tombstoned already; returns once the appends are durable (one ``fsync`` per file)."""
+        out: list[Status] = []
+        mine = 0
         with self._loaded():
-            if eid in self._tombstoned:
-                return "forgotten", eid
-            if eid in self._ids:
-                return "duplicate", eid
-            self._append(path, day, block)
-            self._ids.add(eid)
-            self._seen = self._signature()
-            self._unsynced.add(path)
-            self._appended += 1
-            mine = self._appended
-        self._make_durable(mine)
-        return "retained", eid
+            for eid, day, block in items:
+                if not DAY.fullmatch(day) or not ENTRY_ID.fullmatch(eid):
+                    raise WorkspaceError(f"not a retained entry: id {eid[:40]!r}, day {day[:20]!r}")
+                if eid in self._tombstoned:
+                    out.append("forgotten")
+                    continue
+                if eid in self._ids:
+                    out.append("duplicate")
+                    continue
+                path = self.dir / f"{day}.md"
+                self._append(path, day, block)
+                self._ids.add(eid)
+                self._unsynced.add(path)
+                self._appended += 1
+                mine = self._appended
+                out.append("retained")
+            if mine:
+                self._seen = self._signature()
+        if mine:
+            self._make_durable(mine)
+        return out
 
     def _make_durable(self, seq: int) -> None:
         """Return once append number ``seq`` is on disk (fsync), syncing every file appended to since the
@@ -244,10 +264,8 @@ class SessionLog:
         fd = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, shown=f"{SESSIONS_DIR}/{path.name}")
         try:
             size = os.fstat(fd).st_size
-            prefix = blocks.file_header(day) if size == 0 else ""
-            if size > 0:
-                last = os.pread(fd, 2, size - min(size, 2))
-                prefix = "" if last.endswith(b"\n\n") else "\n" if last.endswith(b"\n") else "\n\n"
+            tail = os.pread(fd, 2, size - min(size, 2)).decode("utf-8", errors="replace") if size else ""
+            prefix = blocks.joiner(tail) if size else blocks.file_header(day)
             _write_all(fd, (prefix + block).encode("utf-8"))  # made durable by _make_durable
         finally:
             os.close(fd)

@@ -4,6 +4,8 @@
 either; keyword arguments are plain query terms (each store turns them into its own query: an FTS5 MATCH,
 or its postings). ``IndexStore`` is everything else the indexer, ``Memory``, status, the pack and
 ``mdmemory.store.copy`` use, none of them knowing which store it talks to (``mdmemory.store.open`` picks one).
+``EntryLog`` is the database's record of retained entries and tombstones, which only a shared store keeps
+(PostgreSQL): what ``mdmemory serve`` replicas without an agent's files retain and forget.
 """
 
 from __future__ import annotations
@@ -11,13 +13,77 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mdmemory.errors import StoreError
     from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
+
+
+EntryStatus = Literal["retained", "duplicate", "forgotten"]
+
+
+@dataclass(frozen=True)
+class PendingEntry:
+    """A retained entry not in the agent's files yet: its rendered block, for ``sessions/<day>.md``."""
+
+    entry_id: str
+    day: str  # YYYY-MM-DD
+    block: str
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    entry_id: str
+    reason: str | None = None
+
+
+class EntryLog(Protocol):
+    """One agent's retained entries and tombstones in a shared database (``mdmemory.store.pg.entries``).
+
+    An entry is ``pending`` (only here) until the host that holds the agent's files writes its block into
+    ``sessions/<day>.md`` and marks it ``written``; a tombstone is unapplied until that host has removed the
+    block from its files. Entries with a tombstone are never pending."""
+
+    def retain(self, entry_id: str, day: str, block: str) -> EntryStatus:
+        """Keep a new entry pending (committed before it returns); ``duplicate`` or ``forgotten`` otherwise."""
+        ...
+
+    def record(self, entry_id: str, day: str) -> None:
+        """An entry written into the files directly (a replica that holds them): known from now on."""
+        ...
+
+    def known(self, entry_id: str) -> EntryStatus | None: ...
+
+    def pending(self, limit: int = 1000) -> list[PendingEntry]:
+        """Pending entries without a tombstone, oldest first."""
+        ...
+
+    def written(self, entry_ids: Sequence[str]) -> None: ...
+
+    def forget(self, entry_ids: Sequence[str], reason: str | None, *, applied: bool) -> int:
+        """Tombstone ``entry_ids`` (``applied``: their blocks are out of the files already); returns how many
+        entries known here changed to forgotten."""
+        ...
+
+    def unapplied(self) -> list[Tombstone]: ...
+
+    def applied(self, entry_ids: Sequence[str]) -> None: ...
+
+    def has_work(self) -> bool:
+        """Whether the files' host has something to do: a pending entry or an unapplied tombstone."""
+        ...
+
+    def version(self) -> tuple[int, int]:
+        """Changes when an entry is retained or a tombstone added (what a replica's catch-up compares)."""
+        ...
+
+    def stats(self) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
 
 
 class SearchStore(Protocol):
@@ -123,6 +189,14 @@ class IndexStore(SearchStore, Protocol):
     def delete_file(self, path: str) -> None: ...
 
     def chunks_of(self, path: str) -> list[ChunkRow]: ...
+
+    def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
+        """The indexed files of ``source`` with a chunk that contains one of ``needles`` (plain text)."""
+        ...
+
+    def entry_log(self) -> EntryLog | None:
+        """The agent's retained entries and tombstones in this store, on its connection (None: SQLite)."""
+        ...
 
     def counts(self) -> dict[str, int]: ...
 

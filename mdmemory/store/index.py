@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,26 +14,22 @@ from typing import TYPE_CHECKING, Any
 import sqlean
 
 from mdmemory.errors import StoreError
+from mdmemory.store.cache import EmbeddingCache
 from mdmemory.store.connection import connect, transaction
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
+from mdmemory.store.fts import FtsSearch
+from mdmemory.store.knn import VectorReads
 from mdmemory.store.lifecycle import SqliteLifecycle
-from mdmemory.store.schema import SCHEMA_VERSION, migrate
-from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_vector
+from mdmemory.store.schema import check_ours, check_readable_schema, migrate
+from mdmemory.store.sql import rows_in
+from mdmemory.store.vectors import encode_vector
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mdmemory.store.matrix import VectorMatrix
 
-_SQL_VARS = 900  # stay well under SQLite's bound-parameter limit in IN (...) lists
-EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
-COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore
-COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
-EXACT_ROWS_PER_CANDIDATE = 40  # with fewer vectors than this per coarse candidate, the exact scan is cheaper
-VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
-TWO_PASS_ROWS = 2_000  # a keyword query matching this many rows marks its matched words in a second pass
-MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (cleared when the index changes)
 _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
     "read-only": "it cannot be opened for writing",
     "full": "no space left on its disk",
@@ -71,25 +66,7 @@ class ChunkRow:
     id: int | None = None
 
 
-def fts_match(terms: Sequence[str]) -> str | None:
-    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
-    quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
-    return " OR ".join(quoted) if quoted else None
-
-
-def _batched(items: Sequence[Any], size: int = _SQL_VARS) -> Iterable[Sequence[Any]]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-def _rows_in(conn: sqlean.Connection, sql: str, keys: Iterable[Any], params: tuple[Any, ...] = ()) -> Iterator[Any]:
-    """Rows of ``sql`` whose ``{marks}`` placeholder becomes ``IN (?, ...)`` over ``keys``, in batches that
-    stay under SQLite's bound-parameter limit; ``params`` are bound before the keys."""
-    for part in _batched(list(dict.fromkeys(keys))):
-        yield from conn.execute(sql.format(marks=",".join("?" * len(part))), (*params, *part))
-
-
-class Store(SqliteLifecycle):
+class Store(FtsSearch, VectorReads, EmbeddingCache, SqliteLifecycle):
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
@@ -142,7 +119,7 @@ class Store(SqliteLifecycle):
         if conn is None:
             conn = connect(self.path, readonly=True)
             try:
-                _check_readable_schema(conn, self.path, self.readonly_reason)
+                check_readable_schema(conn, self.path, self.readonly_reason)
             except BaseException:
                 conn.close()
                 raise
@@ -152,7 +129,7 @@ class Store(SqliteLifecycle):
     def _open_writer(self) -> sqlean.Connection:
         conn = connect(self.path)
         try:
-            _check_ours(conn, self.path)
+            check_ours(conn, self.path)
             migrate(conn)
         except StoreError:
             conn.close()
@@ -405,223 +382,8 @@ class Store(SqliteLifecycle):
             self._insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
         return len(ready)
 
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
-
-        A chunk may own several vectors (one per embedded window); its distance is its best window's.
-        Up to ``EXACT_KNN_MAX_ROWS`` vectors the float index answers exactly. Above that, sqlite-vec finds
-        the nearest 1-bit codes (Hamming distance on the signs, 32x less data to scan), and those
-        candidates are rescored with their exact float vectors; unless that many candidates cost more than
-        the exact scan (sqlite-vec's top-k selection costs ~20 us a candidate, the float scan ~0.6 us a
-        vector): a wide net of candidates (a context pack's) stays exact up to ``EXACT_ROWS_PER_CANDIDATE``
-        vectors per candidate.
-        """
-        if self.vec_dims() is None or k <= 0:
-            return []
-        import numpy as np
-
-        query = np.asarray(query, dtype=np.float32)
-        per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
-        want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
-        coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
-        stored = self.vector_count()
-        matrix = self._vector_matrix(stored)
-        if matrix is not None:
-            hits = matrix.nearest(query, want)
-        elif not self._has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
-            rows = self.conn.execute(
-                "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
-                "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
-                "ORDER BY knn.distance",
-                (encode_vector(query), want),
-            ).fetchall()
-            hits = [(int(r[2]), float(r[1])) for r in rows]
-        else:
-            ids = [
-                int(r[0])
-                for r in self.conn.execute(
-                    "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
-                    "SELECT rowid FROM knn",
-                    (np.packbits(query > 0).tobytes(), coarse),
-                )
-            ]
-            hits = [(cid, 1.0 - sim) for cid, sim in self._similarities("id", ids, query)]
-        best: dict[int, float] = {}
-        for cid, dist in hits:
-            if dist < best.get(cid, np.inf):
-                best[cid] = dist
-        return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
-
-    def _vector_matrix(self, stored: int) -> VectorMatrix | None:
-        """The vectors in memory (mdmemory.store.matrix), caught up with the table; None when too large, and
-        on a connection's first KNN: a one-shot command (a CLI search) would read every vector to answer
-        once, so only a store that searches again (a server, a daemon, a benchmark) holds them."""
-        from mdmemory.store import matrix
-
-        self._knn_calls += 1
-        dims = self.vec_dims()
-        if dims is None or self._knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
-            self._matrix = None
-            return None
-        key = self._version()
-        if self._matrix is None or self._matrix.dims != int(dims):
-            self._matrix, self._matrix_key = matrix.VectorMatrix(int(dims)), None
-        if self._matrix_key != key:
-            self._matrix.sync(self.conn)
-            self._matrix_key = key
-        return self._matrix
-
-    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
-        """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
-        best: dict[int, float] = {}
-        for cid, sim in self._similarities("chunk_id", chunk_ids, query):
-            best[cid] = max(best.get(cid, -1.0), sim)
-        return best
-
-    def _similarities(self, column: str, keys: Sequence[int], query: np.ndarray) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity) for every stored vector whose ``column`` is in ``keys``."""
-        if self.vec_dims() is None or not keys:
-            return []
-        owners: list[int] = []
-        blobs: list[bytes] = []
-        for cid, blob in _rows_in(
-            self.conn, f"SELECT chunk_id, embedding FROM vectors WHERE {column} IN ({{marks}})", keys
-        ):
-            owners.append(int(cid))
-            blobs.append(blob)
-        if not owners:
-            return []
-        sims = cosine_similarities(blobs, query)
-        return [(cid, float(sim)) for cid, sim in zip(owners, sims, strict=True)]
-
-    def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
-        """For each chunk, the cosine similarity to ``query`` of each of its vectors, by embedded-input hash
-        (the whole chunk's and its windows'): what a ContextPack locates a chunk's best lines with."""
-        if self.vec_dims() is None or not chunk_ids:
-            return {}
-        rows = list(
-            _rows_in(self.conn, "SELECT chunk_id, hash, embedding FROM vectors WHERE chunk_id IN ({marks})", chunk_ids)
-        )
-        if not rows:
-            return {}
-        sims = cosine_similarities([r[2] for r in rows], query)
-        out: dict[int, dict[str, float]] = {}
-        for (cid, digest, _), sim in zip(rows, sims, strict=True):
-            out.setdefault(int(cid), {})[str(digest)] = float(sim)
-        return out
-
-    def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:
-        """Each chunk's stored vectors, as ``replace_file`` takes them: (input hashes, (n, dims) array)."""
-        if self.vec_dims() is None or not chunk_ids:
-            return {}
-        import numpy as np
-
-        sql = "SELECT id, chunk_id, hash, embedding FROM vectors WHERE chunk_id IN ({marks})"
-        rows = sorted(_rows_in(self.conn, sql, chunk_ids))  # by vector id: the order they were embedded in
-        grouped: dict[int, tuple[list[str], list[np.ndarray]]] = {}
-        for _, cid, digest, blob in rows:
-            hashes, vecs = grouped.setdefault(int(cid), ([], []))
-            hashes.append(str(digest))
-            vecs.append(decode_vector(blob))
-        return {cid: (hashes, np.stack(vecs)) for cid, (hashes, vecs) in grouped.items()}
-
-    def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        """Stored vectors for embedding-input hashes (reuse without the cache, e.g. after a rename)."""
-        if self.vec_dims() is None or not hashes:
-            return {}
-        sql = "SELECT hash, embedding FROM vectors WHERE hash IN ({marks})"
-        return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes)}
-
-    # -- keyword ----------------------------------------------------------------------------------
-    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of ``terms`` (FTS5, porter unicode61): (chunk id, bm25) best first."""
-        match = fts_match(terms)
-        if match is None:
-            return []
-        rows = self.conn.execute(
-            "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts WHERE chunks_fts MATCH ? "
-            "ORDER BY rank LIMIT ?",
-            (match, int(k)),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
-
-    def keyword_matches(self, terms: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus the words of each chunk (text and heading) that matched, lower-cased.
-
-        When many rows match, in two statements: highlighting inside the ranked one would mark every matching
-        row before the sort keeps ``k`` (most of the time of a query with a common term); the second pass
-        marks only those. With few matching rows one statement is cheaper."""
-        match = fts_match(terms)
-        if match is None:
-            return []
-        if self._rows_matching(match, TWO_PASS_ROWS) < TWO_PASS_ROWS:
-            rows = self.conn.execute(
-                "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank, highlight(chunks_fts, 0, char(1), char(2)), "
-                "highlight(chunks_fts, 1, char(1), char(2)) FROM chunks_fts WHERE chunks_fts MATCH ? "
-                "ORDER BY rank LIMIT ?",
-                (match, int(k)),
-            ).fetchall()
-            return [(int(r[0]), float(r[1]), {w.lower() for w in _MARKED.findall(f"{r[2]} {r[3]}")}) for r in rows]
-        ranked = self.keyword(terms, k)
-        if not ranked:
-            return []
-        rows = self.conn.execute(
-            "SELECT r, h FROM (SELECT rowid AS r, CASE WHEN rowid IN (SELECT value FROM json_each(?)) THEN "
-            "highlight(chunks_fts, 0, char(1), char(2)) || ' ' || coalesce(highlight(chunks_fts, 1, char(1), "
-            "char(2)), '') END AS h FROM chunks_fts WHERE chunks_fts MATCH ?) WHERE h IS NOT NULL",
-            (json.dumps([rid for rid, _ in ranked]), match),
-        ).fetchall()
-        marked = {int(r[0]): str(r[1]) for r in rows}
-        return [(rid, rank, {w.lower() for w in _MARKED.findall(marked.get(rid, ""))}) for rid, rank in ranked]
-
-    def term_frequency_at_least(self, term: str, limit: int) -> int:
-        """How many chunks hold ``term``, counting no further than ``limit`` (0 for an empty term)."""
-        match = fts_match([term])
-        return 0 if match is None else self._rows_matching(match, limit)
-
-    def _rows_matching(self, term_match: str, limit: int) -> int:
-        """How many chunks match an FTS5 expression, counting no further than ``limit`` (no scoring, cheap;
-        remembered until the index changes: a common term costs a scan of its whole posting list)."""
-        counts: dict[tuple[str, int], int] = self._memoised("term_counts", dict)
-        found = counts.get((term_match, limit))
-        if found is None:
-            row = self.conn.execute(
-                "SELECT count(*) FROM (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? LIMIT ?)",
-                (term_match, int(limit)),
-            ).fetchone()
-            if len(counts) >= MAX_REMEMBERED_TERMS:
-                counts.clear()
-            found = counts[(term_match, limit)] = int(row[0])
-        return found
-
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
-
-    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks holding any of the character trigrams ``grams`` (CJK): (chunk id, bm25) best first."""
-        match = fts_match(grams)
-        if match is None:
-            return []
-        rows = self.conn.execute(
-            "SELECT rowid, bm25(chunks_trigram) AS rank FROM chunks_trigram WHERE chunks_trigram MATCH ? "
-            "ORDER BY rank LIMIT ?",
-            (match, int(k)),
-        ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
-
-    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """Chunks containing any needle (CJK words shorter than a trigram), best first.
-
-        Score is negative like bm25: more distinct needles, then more occurrences, rank first.
-        """
-        if not needles:
-            return []
-        where = " OR ".join("text LIKE ? ESCAPE '\\'" for _ in needles)
-        params = [f"%{like_escape(n)}%" for n in needles]
-        rows = self.conn.execute(
-            f"SELECT rowid, text FROM chunks_trigram WHERE {where} LIMIT ?", (*params, int(k) * 8)
-        ).fetchall()
-        return rank_needle_hits(rows, needles, k)
 
     # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -631,7 +393,7 @@ class Store(SqliteLifecycle):
         )
         return {
             int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0]))
-            for r in _rows_in(self.conn, sql, ids)
+            for r in rows_in(self.conn, sql, ids)
         }
 
     def chunks_of(self, path: str) -> list[ChunkRow]:
@@ -641,6 +403,17 @@ class Store(SqliteLifecycle):
             (path,),
         ).fetchall()
         return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
+
+    def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
+        if not needles:
+            return []
+        found = " OR ".join("instr(text, ?) > 0" for _ in needles)
+        sql = f"SELECT DISTINCT path FROM chunks WHERE source = ? AND ({found}) ORDER BY path"
+        return [r[0] for r in self.conn.execute(sql, (source, *needles)).fetchall()]
+
+    def entry_log(self) -> None:
+        """SQLite keeps no entries: a replica without an agent's files needs the shared PostgreSQL store."""
+        return None
 
     def counts(self) -> dict[str, int]:
         one = lambda sql: int(self.conn.execute(sql).fetchone()[0])  # noqa: E731
@@ -652,81 +425,6 @@ class Store(SqliteLifecycle):
             "cacheEntries": one("SELECT count(*) FROM embedding_cache"),
         }
 
-    # -- embedding cache --------------------------------------------------------------------------
-    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
-        sql = (
-            "SELECT hash, embedding FROM embedding_cache WHERE provider = ? AND model = ? AND provider_key = ? "
-            "AND hash IN ({marks})"
-        )
-        return {h: decode_vector(blob) for h, blob in _rows_in(self.conn, sql, hashes, (provider, model, key))}
-
-    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
-        now = time.time()
-        with self._tx():
-            self.conn.executemany(
-                "INSERT OR REPLACE INTO embedding_cache(provider, model, provider_key, hash, dims, embedding, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(provider, model, key, h, int(v.shape[0]), encode_vector(v), now) for h, v in items.items()],
-            )
-
-    def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
-        """Mark cache entries as recently used so pruning keeps them."""
-        now = time.time()
-        with self._tx():
-            self.conn.executemany(
-                "UPDATE embedding_cache SET updated_at = ? WHERE provider = ? AND model = ? AND provider_key = ? "
-                "AND hash = ?",
-                [(now, provider, model, key, h) for h in dict.fromkeys(hashes)],
-            )
-
-    def cache_prune(self, max_entries: int) -> int:
-        """Delete the oldest cache entries beyond ``max_entries``; returns how many were removed."""
-        total = int(self.conn.execute("SELECT count(*) FROM embedding_cache").fetchone()[0])
-        excess = total - max_entries
-        if excess <= 0:
-            return 0
-        with self._tx():
-            self.conn.execute(
-                "DELETE FROM embedding_cache WHERE (provider, model, provider_key, hash) IN "
-                "(SELECT provider, model, provider_key, hash FROM embedding_cache ORDER BY updated_at LIMIT ?)",
-                (excess,),
-            )
-        return excess
-
-
-def _check_ours(conn: sqlean.Connection, path: Path) -> None:
-    """Refuse to add our tables to a database that is not an mdmemory index (a foreign file or WAL)."""
-    if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
-        return
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
-    if names:
-        raise StoreError(
-            f"{path} is not an mdmemory index (no schema version, tables {', '.join(names)}): if it is a damaged "
-            "index, run `mdmemory index --force` to move it aside and rebuild it from the memory files; "
-            "otherwise set memorySearch.store.path to a new file",
-            kind="foreign",
-        )
-
-
-def _check_readable_schema(conn: sqlean.Connection, path: Path, why: str | None) -> None:
-    """A read-only index must already be at this version's schema: migrations need to write."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == SCHEMA_VERSION:
-        return
-    because = f": {why}" if why else ""
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"the index {path} has schema version {version}, newer than this mdmemory ({SCHEMA_VERSION}): "
-            "upgrade mdmemory",
-            kind="schema",
-        )
-    raise StoreError(
-        f"the index {path} has schema version {version} and this mdmemory needs {SCHEMA_VERSION}, but it cannot be "
-        f"upgraded while it is read-only{because}; make it writable once (any `mdmemory index` upgrades it), or "
-        "set memorySearch.store.path to a writable place",
-        kind="schema",
-    )
-
 
 def _inode(path: Path) -> int | None:
     try:
@@ -735,23 +433,3 @@ def _inode(path: Path) -> int | None:
         return None
     except OSError as exc:
         raise StoreError(f"cannot use index path {path}: {exc.strerror}; fix memorySearch.store.path") from exc
-
-
-_MARKED = re.compile("\x01(.*?)\x02", re.S)
-
-
-def like_escape(text: str) -> str:
-    """``text`` as a literal inside a LIKE pattern whose escape character is a backslash."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-def rank_needle_hits(rows: Sequence[tuple[int, str]], needles: Sequence[str], k: int) -> list[tuple[int, float]]:
-    """Score ``(chunk id, text)`` rows holding substring needles, negative like bm25: more distinct needles,
-    then more occurrences, rank first (ties keep the rows' order); the best ``k``."""
-    scored = []
-    for rid, text in rows:
-        distinct = sum(1 for n in needles if n in text)
-        occurrences = sum(text.count(n) for n in needles)
-        scored.append((int(rid), -(distinct + min(occurrences, 99) / 100)))
-    scored.sort(key=lambda r: r[1])
-    return scored[:k]

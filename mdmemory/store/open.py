@@ -14,7 +14,7 @@ from mdmemory.storeconfig import URL_ENV, shown_url, url_problem
 
 if TYPE_CHECKING:
     from mdmemory.config import AgentConfig
-    from mdmemory.store.api import IndexStore
+    from mdmemory.store.api import EntryLog, IndexStore
 
 
 def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
@@ -32,6 +32,33 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
     from mdmemory.store.index import Store
 
     return Store(agent.store_path)
+
+
+ENTRY_WAIT_SECONDS = 3.0  # for a pooled connection; then one of its own (a retain: 503 after this, not 10 s)
+
+
+def open_entry_log(agent: AgentConfig) -> EntryLog | None:
+    """The agent's retained entries and tombstones on a connection of their own (``close`` gives it back), or
+    None when its store keeps none (SQLite: only one host, the one with the files, retains for it)."""
+    settings = agent.memory_search.store
+    if settings.backend != "postgres":
+        return None
+    from mdmemory.errors import StoreError
+    from mdmemory.store.pg.connection import borrow, connect
+    from mdmemory.store.pg.entries import PgEntryLog
+    from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
+
+    url, schema = _url(agent), check_schema_name(settings.schema)
+    try:
+        log = PgEntryLog(borrow(url, settings.max_connections, ENTRY_WAIT_SECONDS), schema, agent.id, url=url)
+    except StoreError:  # after an outage the pool may wait out a backoff: a connection of its own, or the error
+        log = PgEntryLog(connect(url), schema, agent.id, url=url, pooled=False)
+    try:
+        ensure_migrated(log.conn, url, schema)
+    except BaseException:
+        log.close()
+        raise
+    return log
 
 
 def describe(agent: AgentConfig) -> dict[str, Any]:

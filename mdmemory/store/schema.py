@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import sqlean
 
+from mdmemory.errors import StoreError
 from mdmemory.store.connection import transaction
 
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # keyword terms: folded, stemmed (see store/terms.py)
@@ -170,3 +172,37 @@ def migrate(conn: sqlean.Connection) -> int:
             MIGRATIONS[number](conn)
             conn.execute(f"PRAGMA user_version = {number + 1}")
     return SCHEMA_VERSION
+
+
+def check_ours(conn: sqlean.Connection, path: Path) -> None:
+    """Refuse to add our tables to a database that is not an mdmemory index (a foreign file or WAL)."""
+    if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
+        return
+    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
+    if names:
+        raise StoreError(
+            f"{path} is not an mdmemory index (no schema version, tables {', '.join(names)}): if it is a damaged "
+            "index, run `mdmemory index --force` to move it aside and rebuild it from the memory files; "
+            "otherwise set memorySearch.store.path to a new file",
+            kind="foreign",
+        )
+
+
+def check_readable_schema(conn: sqlean.Connection, path: Path, why: str | None) -> None:
+    """A read-only index must already be at this version's schema: migrations need to write."""
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == SCHEMA_VERSION:
+        return
+    because = f": {why}" if why else ""
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the index {path} has schema version {version}, newer than this mdmemory ({SCHEMA_VERSION}): "
+            "upgrade mdmemory",
+            kind="schema",
+        )
+    raise StoreError(
+        f"the index {path} has schema version {version} and this mdmemory needs {SCHEMA_VERSION}, but it cannot be "
+        f"upgraded while it is read-only{because}; make it writable once (any `mdmemory index` upgrades it), or "
+        "set memorySearch.store.path to a writable place",
+        kind="schema",
+    )

@@ -95,19 +95,20 @@ def _configure(conn: Any) -> None:
     conn.execute(f"SET work_mem = '{WORK_MEM}'")
 
 
-def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any:
-    """A connection from the process's pool for ``url`` (opened as needed). One idle for more than
-    ``CHECK_AFTER_IDLE_SECONDS`` is checked before it is lent (one empty query): one the server dropped
-    meanwhile (a restart, a failover) is discarded and the next tried at once (the pool's own check backs
-    off for a second, then two... per dead one). So is every one given back before a connection came back
-    broken. A connection dropped while in use fails that operation."""
+def borrow(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS, wait: float = POOL_WAIT_SECONDS) -> Any:
+    """A connection from the process's pool for ``url`` (opened as needed), waiting ``wait`` seconds at most
+    (for a free one, or for the server to answer again). One idle for more than ``CHECK_AFTER_IDLE_SECONDS``
+    is checked before it is lent (one empty query): one the server dropped meanwhile (a restart, a failover)
+    is discarded and the next tried at once (the pool's own check backs off for a second, then two... per
+    dead one). So is every one given back before a connection came back broken. A connection dropped while
+    in use fails that operation."""
     psycopg = _psycopg()
     from psycopg_pool import ConnectionPool, PoolTimeout
 
     pool = _pool(url, max_connections)
     for _ in range(max_connections + 1):
         try:
-            conn = pool.getconn(timeout=POOL_WAIT_SECONDS)
+            conn = pool.getconn(timeout=wait)
         except (PoolTimeout, psycopg.Error) as exc:
             raise _unavailable(url, exc) from None
         back = _given_back.get(conn, 0.0)

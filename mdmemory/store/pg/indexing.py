@@ -71,6 +71,13 @@ class PgIndexing(keyword.RemembersTotals):
         )
         return [_chunk(r) for r in self._rows(sql, (self.agent_id, self.gen, path))]
 
+    def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
+        sql = (
+            f"SELECT DISTINCT path FROM {self.schema}.chunks c WHERE agent_id = %s AND gen = %s AND source = %s "
+            "AND EXISTS (SELECT 1 FROM unnest(%s::text[]) n WHERE strpos(c.text, n) > 0) ORDER BY path"
+        )
+        return [r[0] for r in self._rows(sql, (self.agent_id, self.gen, source, list(needles)))] if needles else []
+
     def counts(self) -> dict[str, int]:
         s, a, g = self.schema, self.agent_id, self.gen
         row = self._rows(

@@ -22,7 +22,7 @@ from typing import Any
 
 from mdmemory.errors import StoreError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -102,7 +102,29 @@ def _m2_sync_state(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
-def _m3_bulk_writes(cur: Any, s: str) -> None:
+def _m3_entries(cur: Any, s: str) -> None:
+    """Retained entries and tombstones in the database, for ``mdmemory serve`` replicas that do not hold an
+    agent's files (mdmemory.store.pg.entries): an entry retained there waits as ``pending`` (its block kept
+    here) until the agent's host writes it into ``sessions/<day>.md`` (``written``: the block is dropped);
+    a tombstone waits ``applied = false`` until that host has removed the block from its files. Neither
+    belongs to an index generation: a rebuild must not lose them."""
+    for statement in (
+        f"""CREATE TABLE {s}.entries (
+            agent_id text NOT NULL, entry_id text NOT NULL, day text NOT NULL, block text,
+            state text NOT NULL CHECK (state IN ('pending', 'written', 'forgotten')), seq bigserial NOT NULL,
+            received_at double precision NOT NULL, written_at double precision, PRIMARY KEY (agent_id, entry_id))""",
+        f"CREATE INDEX entries_pending ON {s}.entries (agent_id, seq) WHERE state = 'pending'",
+        f"CREATE INDEX entries_seq ON {s}.entries (agent_id, seq)",
+        f"""CREATE TABLE {s}.tombstones (
+            agent_id text NOT NULL, entry_id text NOT NULL, reason text, forgotten_at double precision NOT NULL,
+            applied boolean NOT NULL DEFAULT false, seq bigserial NOT NULL, PRIMARY KEY (agent_id, entry_id))""",
+        f"CREATE INDEX tombstones_unapplied ON {s}.tombstones (agent_id, seq) WHERE NOT applied",
+        f"CREATE INDEX tombstones_seq ON {s}.tombstones (agent_id, seq)",
+    ):
+        cur.execute(statement)
+
+
+def _m4_bulk_writes(cur: Any, s: str) -> None:
     """Writes in bulk: postings, trigrams and vectors lose their foreign keys to ``chunks`` (a per-row
     trigger: a fifth of a sync's database time; ``keyword.remove_chunks`` deletes them with their chunks),
     so a file's rows go in by COPY; each generation counts its vectors and the chunks that have them (the
@@ -118,7 +140,7 @@ def _m3_bulk_writes(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
-def _m4_postings_carry_lengths(cur: Any, s: str) -> None:
+def _m5_postings_carry_lengths(cur: Any, s: str) -> None:
     """Each posting carries its chunk's length, and the primary key's index covers what BM25 reads: a
     keyword search is one index-only pass over its terms' postings, with no join with ``chunks`` (at 1M
     chunks, 0.7 s a search with the join)."""
@@ -135,9 +157,20 @@ def _m4_postings_carry_lengths(cur: Any, s: str) -> None:
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
-    3: _m3_bulk_writes,
-    4: _m4_postings_carry_lengths,
+    3: _m3_entries,
+    4: _m4_bulk_writes,
+    5: _m5_postings_carry_lengths,
 }
+
+
+_migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
+
+
+def ensure_migrated(conn: Any, url: str, schema: str) -> None:
+    """``migrate`` once per process, URL and schema."""
+    if (url, schema) not in _migrated:
+        migrate(conn, schema)
+        _migrated.add((url, schema))
 
 
 def migrate(conn: Any, schema: str) -> int:

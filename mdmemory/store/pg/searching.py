@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mdmemory.store.index import like_escape, rank_needle_hits
+from mdmemory.store.fts import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrows

@@ -25,8 +25,9 @@ from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.pg import keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
+from mdmemory.store.pg.entries import PgEntryLog
 from mdmemory.store.pg.indexing import PgIndexing
-from mdmemory.store.pg.schema import check_schema_name, migrate
+from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
 from mdmemory.storeconfig import HnswConfig
 
@@ -41,9 +42,6 @@ def _lock_key(agent_id: str, purpose: str = "writer") -> int:
     """A signed 64-bit advisory lock key for the agent's writer (or embedding) lock."""
     digest = hashlib.sha256(f"mdmemory-{purpose}\0{agent_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-_migrated: set[tuple[str, str]] = set()  # (url, schema) this process has brought up to date
 
 
 class PgStore(PgIndexing, PgSearching):
@@ -70,9 +68,7 @@ class PgStore(PgIndexing, PgSearching):
         self.schema = check_schema_name(schema)
         self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
         with self.session() as conn:
-            if (url, self.schema) not in _migrated:
-                migrate(conn, self.schema)
-                _migrated.add((url, self.schema))
+            ensure_migrated(conn, url, self.schema)
             self.gen = self._live_generation() if generation is None else generation
         self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
@@ -82,6 +78,11 @@ class PgStore(PgIndexing, PgSearching):
 
     def close(self) -> None:
         """Nothing to give back: a store holds a connection only while a call (or ``session``) runs."""
+
+    def entry_log(self) -> PgEntryLog:
+        """The agent's retained entries and tombstones, on the connection of the block this thread is in (the
+        writer's, under its lock: ``mdmemory.entryindex.snapshot``)."""
+        return PgEntryLog(self.conn, self.schema, self.agent_id)
 
     def reopen(self) -> None:
         """Follow the live generation (the next call borrows a connection the server has not dropped)."""

@@ -1,0 +1,143 @@
+"""A recall worker process: answers ``/recall`` bodies for the service over one socket, one at a time.
+
+Started by mdmemory.service.recallpool with one end of a socket pair (``python -m
+mdmemory.service.recall_worker FD``). The first frame is the pickled ``Config`` of the service; every later
+frame is a request, ``agent id\\n`` + the request body exactly as the proxy sent it (the service has already
+checked the token, the agent id and the metadata, and caught the agent's index up with its files). The reply
+frame is a JSON header line, ``{"status", "blocks"?, "size"?, "error"?}``, then the response body.
+
+A worker only reads: it opens a read-only ``Memory`` per agent (no catching up, no writes; the service's own
+process keeps every index in step with the files), with its own copy of the embedding model and of the
+vectors in memory, so recalls of both cores run side by side instead of taking turns on one GIL. It exits
+when the service goes away (end of file on its socket), SIGINT is the service's to handle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import socket
+import struct
+import sys
+from typing import Any
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 64 * 1024 * 1024  # a request body is bounded by service.maxBodyBytes (at most 1 GiB; 2 MiB default)
+
+
+class Closed(Exception):
+    """The other end closed the socket."""
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    size = HEADER.unpack(_read(sock, HEADER.size))[0]
+    if size > MAX_FRAME:
+        raise Closed(f"a frame of {size} bytes is over {MAX_FRAME}")
+    return _read(sock, size)
+
+
+def write_frame(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(HEADER.pack(len(data)) + data)
+
+
+def _read(sock: socket.socket, size: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < size:
+        chunk = sock.recv(size - len(buf))
+        if not chunk:
+            raise Closed("end of file")
+        buf += chunk
+    return bytes(buf)
+
+
+def reply(status: int, payload: bytes = b"", **header: Any) -> bytes:
+    return json.dumps({"status": status, **header}).encode() + b"\n" + payload
+
+
+class WorkerAgents:
+    """The read-only ``Memory`` of each agent this worker has answered for, opened on first use."""
+
+    def __init__(self, config: Any) -> None:
+        from mdmemory.service.agents import Agents
+
+        self.config = config
+        self._configs = Agents(config)  # only for config_of: the agent's resolved settings, never opened here
+        self._open: dict[str, Any] = {}
+        self._choices: dict[str, Any] = {}
+
+    def memory(self, agent_id: str) -> Any:
+        from mdmemory.memory import Memory
+        from mdmemory.service.agents import provider_key, with_sessions
+
+        mem = self._open.get(agent_id)
+        if mem is None:
+            agent = with_sessions(self._configs.config_of(agent_id))
+            key = provider_key(agent)
+            mem = Memory(agent, self.config, choice=self._choices.get(key))
+            mem.catches_up = False  # the service's process keeps the index in step with the files
+            self._choices.setdefault(key, mem.choice)
+            self._open[agent_id] = mem
+        return mem
+
+    def close(self) -> None:
+        closed: set[int] = set()
+        for mem in self._open.values():
+            choice = mem._choice
+            provider = choice.provider if choice is not None else None
+            if provider is not None and id(provider) in closed:
+                mem._choice = None
+            elif provider is not None:
+                closed.add(id(provider))
+            mem.close()
+        self._open.clear()
+
+
+def answer(agents: WorkerAgents, frame: bytes) -> bytes:
+    """One request frame in, one reply frame out; errors become their HTTP status, as the service maps them."""
+    from mdmemory.errors import InvalidArgumentError, MdMemoryError
+    from mdmemory.service.agents import UnknownAgent
+    from mdmemory.service.recall import recall, recall_info
+
+    head, _, body = frame.partition(b"\n")
+    try:
+        result = recall(agents.memory(head.decode()), json.loads(body))
+        payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
+        return reply(200, payload, **recall_info(result))
+    except InvalidArgumentError as exc:
+        return reply(400, error=str(exc))
+    except UnknownAgent as exc:
+        return reply(404, error=str(exc))
+    except MdMemoryError as exc:
+        return reply(503, error=f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # a bug: the service answers 500; its log gets where, never the message
+        from mdmemory.service.telemetry import Telemetry
+
+        Telemetry(sys.stderr).failure("recall", exc)
+        return reply(500, error=f"internal error ({type(exc).__name__}); see the service log")
+
+
+def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the whole group: the service drains
+    sock = socket.socket(fileno=int(argv[0]))
+    try:
+        config = pickle.loads(read_frame(sock))
+        agents = WorkerAgents(config)
+        write_frame(sock, reply(200, str(os.getpid()).encode()))  # ready
+        try:
+            while True:
+                write_frame(sock, answer(agents, read_frame(sock)))
+        finally:
+            agents.close()
+    except (Closed, OSError):
+        return 0  # the service went away
+    finally:
+        sock.close()
+
+
+if __name__ == "__main__":
+    from mdmemory.threads import single_threaded_blas
+
+    single_threaded_blas()
+    sys.exit(main(sys.argv[1:]))

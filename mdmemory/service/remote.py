@@ -1,0 +1,97 @@
+"""Retain and forget for an agent whose index is in the shared PostgreSQL store, on a replica that holds its
+files (``LocalLog``) or one that does not (``RemoteLog``; ``service.remoteAgents``).
+
+Both keep the database's record of entries and tombstones (``mdmemory.store.api.EntryLog``), so that any
+replica recognises a duplicate or a forgotten id whichever replica saw it first:
+
+- ``RemoteLog.retain`` commits the rendered block as a pending entry (the ``202`` follows the commit); the
+  agent's host writes it into ``sessions/<day>.md`` (mdmemory.service.drain) and, until then, the index holds
+  it as part of that file's view (mdmemory.entryindex). ``forget`` commits tombstones; the caller's sync then
+  removes the blocks from the index at once, and the agent's host removes them from its files.
+- ``LocalLog`` writes the files as ``SessionLog`` does, and records what it retained and forgot in the
+  database; a database that cannot be reached only costs the cross-replica check of a retain.
+
+Which agents a replica does not hold: ``service.remoteAgents`` (ids, or ``"*"``), or ``MDMEMORY_REMOTE_AGENTS``
+(comma-separated) instead; the configuration marks them (``AgentConfig.files_here``) and refuses one whose
+index is in SQLite. An agent not named there must have its workspace here: a missing one answers 503, as an
+unmounted volume should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from mdmemory.config import AgentConfig
+from mdmemory.errors import StoreError
+from mdmemory.service.sessionlog import SessionLog, Status, render_entry
+from mdmemory.store.api import EntryLog
+from mdmemory.store.faults import store_errors, store_fault
+
+
+@contextlib.contextmanager
+def entry_log(agent: AgentConfig) -> Iterator[EntryLog | None]:
+    """The agent's entries on a connection of their own; a database failure as a ``StoreError`` (503)."""
+    from mdmemory.store.open import open_entry_log
+
+    try:
+        log = open_entry_log(agent)
+        try:
+            yield log
+        finally:
+            if log is not None:
+                log.close()
+    except store_errors() as exc:
+        raise store_fault(exc, agent.store_path) from exc
+
+
+class RemoteLog:
+    """An agent's retained turns on a replica that does not hold its files: the database's entries only."""
+
+    def __init__(self, agent: AgentConfig) -> None:
+        self.agent = agent
+
+    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
+        eid, day, block = render_entry(entry, metadata or {})
+        with entry_log(self.agent) as log:
+            assert log is not None
+            return log.retain(eid, day, block), eid
+
+    def forget(self, entry_ids: list[str], reason: str | None = None) -> tuple[int, list[str]]:
+        """Tombstone ``entry_ids``; the caller's sync removes their blocks from the index."""
+        with entry_log(self.agent) as log:
+            assert log is not None
+            return log.forget(entry_ids, (reason or "").strip() or None, applied=False), []
+
+    def stats(self) -> dict[str, Any]:
+        with entry_log(self.agent) as log:
+            assert log is not None
+            return {"filesHere": False, **log.stats()}
+
+
+class LocalLog(SessionLog):
+    """``SessionLog`` for an agent in the shared store: the database's entries and tombstones are checked and
+    kept too, so replicas without the files see what this one retained and forgot."""
+
+    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
+        eid, day, block = render_entry(entry, metadata or {})
+        known, reached = None, False
+        with contextlib.suppress(StoreError), entry_log(self.agent) as log:
+            known = log.known(eid) if log is not None else None
+            reached = True
+        if known is not None:
+            return known, eid
+        status = self.write_blocks([(eid, day, block)])[0]
+        if status == "retained" and reached:  # the database away: the files alone, without a second wait
+            with contextlib.suppress(StoreError), entry_log(self.agent) as log:
+                if log is not None:
+                    log.record(eid, day)
+        return status, eid
+
+    def forget(self, entry_ids: list[str], reason: str | None = None) -> tuple[int, list[str]]:
+        removed, changed = super().forget(entry_ids, reason)  # the files first: the intent is durable there
+        with entry_log(self.agent) as log:
+            if log is not None:
+                log.forget(entry_ids, (reason or "").strip() or None, applied=True)
+        return removed, changed
