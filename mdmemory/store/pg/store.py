@@ -80,9 +80,9 @@ class PgStore(PgIndexing, PgSearching):
         """Nothing to give back: a store holds a connection only while a call (or ``session``) runs."""
 
     def entry_log(self) -> PgEntryLog:
-        """The agent's retained entries and tombstones, on the connection of the block this thread is in (the
-        writer's, under its lock: ``mdmemory.entryindex.snapshot``)."""
-        return PgEntryLog(self.conn, self.schema, self.agent_id)
+        """The agent's retained entries and tombstones: each call on a connection from the pool, or on the
+        one the calling thread's block holds (the writer's, under its lock: ``mdmemory.entryindex.snapshot``)."""
+        return PgEntryLog(None, self.schema, self.agent_id, url=self.url, max_connections=self.max_connections)
 
     def reopen(self) -> None:
         """Follow the live generation (the next call borrows a connection the server has not dropped)."""
