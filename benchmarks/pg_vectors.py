@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.store.pg import vectors  # noqa: E402
+from mdmemory.store.pg import codec, vectors  # noqa: E402
 from mdmemory.store.pg.connection import connect  # noqa: E402
 from mdmemory.store.pg.schema import migrate  # noqa: E402
 
@@ -53,7 +53,7 @@ def load(conn: object, data: np.ndarray) -> float:
                 copy.write_row((i + 1, AGENT, GEN, f"memory/{i // 50}.md", "memory", 1, 1, "h", "e", "t", 1))
         with cur.copy(f"COPY {SCHEMA}.vectors (agent_id, gen, chunk_id, hash, dims, embedding) FROM STDIN") as copy:
             for i, v in enumerate(data):
-                copy.write_row((AGENT, GEN, i + 1, "h", len(v), vectors.literal(v)))
+                copy.write_row((AGENT, GEN, i + 1, "h", len(v), codec.literal(v)))
     conn.commit()  # type: ignore[attr-defined]
     started = time.perf_counter()
     with conn.cursor() as cur:  # type: ignore[attr-defined]

@@ -69,6 +69,10 @@ RANGES: dict[str, Range] = {
     "breaker.coolDownSeconds": Range(0, 86_400),
     "breaker.maxCoolDownSeconds": Range(0, 86_400),
     "maxFileBytes": Range(1),
+    "store.maxConnections": Range(1, 1000),
+    "store.hnsw.m": Range(2, 100),  # pgvector's bounds
+    "store.hnsw.efConstruction": Range(4, 1000),
+    "store.hnsw.efSearch": Range(1, 1000),
 }
 # Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.
 AGENT_RANGES: dict[str, Range] = {

@@ -155,6 +155,7 @@ class Indexer:
             finally:
                 if self.embedder is not None:
                     self.embedder.forget()
+            self.store.settle()
             report.pending = self.store.pending_count()
             report.seconds = round(time.monotonic() - started, 3)
             self._record(report)

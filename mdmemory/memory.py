@@ -369,18 +369,19 @@ class Memory(ProviderSelection):
         elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
             stored = self.store.get_meta("identity") or {}
             notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
-        outcome = run_search(
-            self.store,
-            query,
-            query_vector=vector,
-            max_results=limit,
-            min_score=threshold,
-            hybrid=q.hybrid,
-            keyword_score=q.keyword_score,
-            today=clock.day(self.agent),
-            low_confidence_results=q.low_confidence_results,
-            sources=self.workspace.sources,
-        )
+        with self.store.reading():  # one connection and one snapshot for the search's queries on PostgreSQL
+            outcome = run_search(
+                self.store,
+                query,
+                query_vector=vector,
+                max_results=limit,
+                min_score=threshold,
+                hybrid=q.hybrid,
+                keyword_score=q.keyword_score,
+                today=clock.day(self.agent),
+                low_confidence_results=q.low_confidence_results,
+                sources=self.workspace.sources,
+            )
         notes.extend(outcome.notes)
         extra: dict[str, Any] = {}
         if self.choice.fallback:

@@ -112,11 +112,10 @@ class Fleet:
         return PgEntryLog(connect(self.store["url"]), self.store["schema"], "main")
 
     def entry_state(self, entry_id: str) -> str | None:
-        with PgStore(self.store["url"], "main", self.store["schema"]) as store:
-            row = store.conn.execute(
+        with PgStore(self.store["url"], "main", self.store["schema"]) as store, store.session() as conn:
+            row = conn.execute(
                 f"SELECT state FROM {store.schema}.entries WHERE agent_id = 'main' AND entry_id = %s", (entry_id,)
             ).fetchone()
-            store.conn.commit()
         return row[0] if row else None
 
     def row_size(self, rel: str) -> int | None:

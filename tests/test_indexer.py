@@ -21,10 +21,11 @@ def table_counts(store: IndexStore) -> dict[str, int]:
     """Rows of every table, the keyword indexes' entries included (FTS5's, or PostgreSQL's postings)."""
     out = store.counts()
     if isinstance(store, PgStore):
-        for name, table in (("chunks_fts", "postings"), ("chunks_trigram", "grams")):
-            sql = f"SELECT count(*) FROM {store.schema}.{table} WHERE agent_id = %s AND gen = %s"
-            out[name] = store.conn.execute(sql, (store.agent_id, store.gen)).fetchone()[0]
-        store.conn.commit()
+        with store.session() as conn:
+            for name, table in (("chunks_fts", "postings"), ("chunks_trigram", "grams")):
+                sql = f"SELECT count(*) FROM {store.schema}.{table} WHERE agent_id = %s AND gen = %s"
+                out[name] = conn.execute(sql, (store.agent_id, store.gen)).fetchone()[0]
+            conn.commit()
         return out
     assert isinstance(store, Store)
     for table in ("chunks_fts", "chunks_trigram"):

@@ -25,23 +25,24 @@ KILLS = 12  # kills that landed while the process ran
 def check_invariants(store: PgStore) -> None:
     """Every chunk has its vectors or is pending, never both or neither; every file row has its chunks;
     no row belongs to a generation that is not live, retired or being built."""
-    store.refresh()
-    s, a, g = store.schema, store.agent_id, store.gen
-    bad = store.conn.execute(
-        f"SELECT count(*) FROM {s}.chunks c WHERE agent_id = %s AND gen = %s AND pending = EXISTS "
-        f"(SELECT 1 FROM {s}.vectors v WHERE v.chunk_id = c.id)",
-        (a, g),
-    ).fetchone()[0]
-    assert bad == 0
-    for path, row in store.files().items():
-        assert row.chunks == len(store.chunks_of(path)) > 0, path
-    stray = store.conn.execute(
-        f"SELECT count(*) FROM {s}.chunks c WHERE agent_id = %s AND NOT EXISTS (SELECT 1 FROM {s}.generations "
-        "g WHERE g.agent_id = c.agent_id AND g.gen = c.gen)",
-        (a,),
-    ).fetchone()[0]
-    store.conn.commit()
-    assert stray == 0
+    with store.session():  # one connection for the checks
+        store.refresh()
+        s, a, g = store.schema, store.agent_id, store.gen
+        bad = store.conn.execute(
+            f"SELECT count(*) FROM {s}.chunks c WHERE agent_id = %s AND gen = %s AND pending = EXISTS "
+            f"(SELECT 1 FROM {s}.vectors v WHERE v.chunk_id = c.id)",
+            (a, g),
+        ).fetchone()[0]
+        assert bad == 0
+        for path, row in store.files().items():
+            assert row.chunks == len(store.chunks_of(path)) > 0, path
+        stray = store.conn.execute(
+            f"SELECT count(*) FROM {s}.chunks c WHERE agent_id = %s AND NOT EXISTS (SELECT 1 FROM {s}.generations "
+            "g WHERE g.agent_id = c.agent_id AND g.gen = c.gen)",
+            (a,),
+        ).fetchone()[0]
+        store.conn.commit()
+        assert stray == 0
 
 
 def snapshot(store: IndexStore) -> set[tuple[str, int, int, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from typing import Any
 
 import pytest
@@ -71,7 +72,7 @@ def test_bm25_on_postgres_equals_fts5_on_the_same_chunks(pg: tuple[Any, str], qu
     load(conn, schema, corpus(40, seed=9), agent="other")  # another agent's rows change nothing
     terms = keyword.query_terms(query)
     with conn.cursor() as cur:
-        got = keyword.bm25(cur, schema, "a1", 1, terms, 200)
+        got = [(cid, rank) for cid, rank, _ in keyword.bm25(cur, schema, "a1", 1, terms, 200)]
     expected = fts5_bm25(chunks, query, 200)
     assert expected, "the query must match something in the corpus"
     position = {cid: i for i, cid in enumerate(ids)}
@@ -86,7 +87,7 @@ def test_removing_chunks_updates_the_statistics_bm25_uses(pg: tuple[Any, str]) -
     ids = load(conn, schema, chunks)
     with conn.transaction(), conn.cursor() as cur:
         keyword.remove_chunks(cur, schema, "a1", 1, ids[:20])
-        got = keyword.bm25(cur, schema, "a1", 1, keyword.query_terms(["backup"]), 100)
+        got = [(cid, rank) for cid, rank, _ in keyword.bm25(cur, schema, "a1", 1, keyword.query_terms(["backup"]), 100)]
     expected = fts5_bm25(chunks[20:], ["backup"], 100)
     assert [cid - ids[20] for cid, _ in got] == [rid for rid, _ in expected]
     assert [r for _, r in got] == pytest.approx([r for _, r in expected], rel=1e-9)
@@ -114,6 +115,51 @@ def test_migrations_run_once_and_refuse_a_newer_schema(pg: tuple[Any, str]) -> N
         migrate(conn, schema)
     with pytest.raises(StoreError, match="store.schema"):
         check_schema_name("Robert'); DROP TABLE x;--")
+
+
+def test_an_index_written_before_postings_carried_lengths_is_searched_the_same_after_migrating(
+    pg: tuple[Any, str],
+) -> None:
+    from mdmemory.store.pg.schema import MIGRATIONS
+
+    conn, _ = pg
+    old = "m_" + uuid.uuid4().hex[:10]
+    with conn.transaction(), conn.cursor() as cur:  # a schema as version 4 left it, with rows
+        cur.execute(f"CREATE SCHEMA {old}")
+        cur.execute(
+            f"CREATE TABLE {old}.migrations (version integer PRIMARY KEY, applied_at timestamptz DEFAULT now())"
+        )
+        for number in (1, 2, 3, 4):
+            MIGRATIONS[number](cur, old)
+            cur.execute(f"INSERT INTO {old}.migrations (version) VALUES (%s)", (number,))
+        chunks = corpus(30)
+        for i, (text, heading) in enumerate(chunks):
+            postings, tokens = keyword.postings_of(text, heading)
+            cur.execute(
+                f"INSERT INTO {old}.chunks (id, agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
+                "heading, text, tokens) VALUES (%s, 'a1', 1, 'memory/x.md', 'memory', 1, 1, 'h', 'e', %s, %s, %s)",
+                (i + 1, heading, text, tokens),
+            )
+            cur.executemany(
+                f"INSERT INTO {old}.postings (agent_id, gen, term, chunk_id, in_text, in_heading) "
+                "VALUES ('a1', 1, %s, %s, %s, %s)",
+                [(term, i + 1, n[0], n[1]) for term, n in postings.items()],
+            )
+        total = sum(keyword.postings_of(t, h)[1] for t, h in chunks)
+        cur.execute(
+            f"INSERT INTO {old}.token_totals (agent_id, gen, chunks, tokens) VALUES ('a1', 1, 30, %s)", (total,)
+        )
+    try:
+        assert migrate(conn, old) == SCHEMA_VERSION
+        with conn.cursor() as cur:
+            got = keyword.bm25(cur, old, "a1", 1, keyword.query_terms(["backup"]), 100)
+        expected = fts5_bm25(chunks, ["backup"], 100)
+        assert [cid - 1 for cid, _, _ in got] == [rid for rid, _ in expected]
+        assert [r for _, r, _ in got] == pytest.approx([r for _, r in expected], rel=1e-9)
+    finally:
+        conn.rollback()
+        with conn.transaction():
+            conn.execute(f"DROP SCHEMA {old} CASCADE")
 
 
 def test_a_password_is_never_shown(pg_url: str) -> None:

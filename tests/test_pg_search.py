@@ -56,13 +56,13 @@ def stores(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[tu
         row = FileRow(path, "memory", "h", 1.0, len(text))
         sqlite.replace_file(row, chunks, per_chunk)
         pg.replace_file(row, chunks, per_chunk)
+    pg.settle()  # as a sync ends: the vectors under their HNSW index
     try:
         yield sqlite, pg
     finally:
         sqlite.close()
-        pg.conn.rollback()
-        with pg.conn.transaction():
-            pg.conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        with pg.session() as conn, conn.transaction():
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
         pg.close()
 
 

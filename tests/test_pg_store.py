@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -119,9 +121,10 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
             store.switch_live(gen)
             store.tidy(keep_seconds=0)  # the retired generation too, once no search can still be reading it
         assert [len(store.keyword_matches([w], 5)) for w in ("osprey", "rebuilt")] == [0, 1]
-        count = store.conn.execute(
-            f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)
-        ).fetchone()[0]
+        with store.session() as conn:
+            count = conn.execute(
+                f"SELECT count(*) FROM {schema}.chunks WHERE agent_id = 'a1' AND gen <> %s", (store.gen,)
+            ).fetchone()[0]
         assert count == 0  # nothing of the killed rebuild is left
 
 
@@ -162,16 +165,18 @@ def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str
         assert store.term_frequency_at_least("herons", 10) == 3
         with PgStore(pg_url, "a1", schema) as other:  # another process's write is seen too
             other.delete_file("memory/a.md")
+        store.refresh()  # from its next search on (each one begins with a refresh)
         assert store.term_frequency_at_least("herons", 10) == 1
 
 
 def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, schema: str) -> None:
+    from mdmemory.store.pg.connection import try_lock
     from mdmemory.store.pg.store import _lock_key
 
     first = PgStore(pg_url, "a1", schema)
-    first.conn.execute("SELECT pg_advisory_lock(%s)", (_lock_key("a1"),))
-    first.conn.commit()
-    first.close()  # given back still holding the lock, as a store closed mid-write would be
+    with pytest.raises(RuntimeError), first.session():  # a block that fails between taking and releasing it
+        assert try_lock(pg_url, _lock_key("a1"))
+        raise RuntimeError("killed mid-write")
     others = [PgStore(pg_url, "a1", schema) for _ in range(3)]  # one of them may get that connection again
     try:
         for store in others:
@@ -180,3 +185,91 @@ def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, s
     finally:
         for store in others:
             store.close()
+
+
+def _hnsw_state(store: PgStore, dims: int) -> str | None:
+    from mdmemory.store.pg import vectors
+
+    with store.session() as conn, conn.cursor() as cur:
+        state = vectors.index_state(cur, store.schema, store.agent_id, store.gen, dims)
+    return state
+
+
+def test_a_generation_is_indexed_once_it_is_loaded_and_big_enough_and_a_killed_builds_index_by_the_next(
+    pg_url: str, schema: str
+) -> None:
+    from mdmemory.store.pg import vectors
+
+    per_file = 600
+    rng = np.random.default_rng(4)
+    vecs = unit(rng, 4 * per_file)
+    with PgStore(pg_url, "a1", schema) as store:
+        for i in range(4):  # vectors go in without an index: it is built once they are all in
+            f, chunks = note(f"memory/{i}.md", *(f"note {i} {j}" for j in range(per_file)))
+            first = i * per_file
+            store.replace_file(
+                f, chunks, [([f"w{first + j}"], vecs[first + j : first + j + 1]) for j in range(per_file)]
+            )
+            store.settle()  # a small generation is searched exactly, without one
+            assert _hnsw_state(store, 16) is None or (i + 1) * per_file >= vectors.HNSW_MIN_VECTORS
+            assert store.knn(vecs[first], 1)[0][1] == pytest.approx(0.0, abs=1e-5)
+        assert 4 * per_file >= vectors.HNSW_MIN_VECTORS and _hnsw_state(store, 16) == "valid"
+        f, chunks = note("memory/9.md", "one more")  # from now on the index takes each vector as it comes
+        (new,) = store.replace_file(f, chunks, [(["w9"], vecs[0:1])])
+        assert new in {cid for cid, _ in store.knn(vecs[0], 2)}
+
+        with store.session() as conn, conn.transaction(), conn.cursor() as cur:  # as a killed build leaves it
+            name = f"{schema}.{vectors.index_name('a1', store.gen, 16)}"
+            cur.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::regclass", (name,))
+        assert _hnsw_state(store, 16) == "invalid"
+    with PgStore(pg_url, "a1", schema) as writer, writer.writer():
+        writer.tidy()  # what the next sync does first
+        assert _hnsw_state(writer, 16) == "valid"
+        assert writer.counts()["vectors"] == 4 * per_file + 1
+
+
+def test_vectors_go_to_the_server_and_back_in_pgvectors_binary_form(pg_url: str, schema: str) -> None:
+    from mdmemory.store.pg import codec
+
+    v = np.array([0.5, -1.25, 3.0, 1e-7, -0.0], dtype=np.float32)
+    with PgStore(pg_url, "a1", schema) as store, store.session() as conn:
+        text, blob = conn.execute(
+            "SELECT %s::vector::text, vector_send(%s::vector)", (codec.param(v), codec.param(v))
+        ).fetchone()
+    assert text == "[0.5,-1.25,3,1e-07,-0]"
+    back = codec.array(blob)
+    assert back.dtype == np.float32 and back.tobytes() == v.tobytes()
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
+def test_a_sync_ends_with_a_big_generations_vectors_under_their_index(make_memory: Any, workspace: Path) -> None:
+    from mdmemory.store.pg import vectors
+
+    words = [f"w{i}" for i in range(3000)]  # one vector per chunk: enough chunks for an index
+    for day in range(1, 11):
+        body = "\n\n".join(
+            f"## Note {n}\n\n" + " ".join(words[(day * 97 + n * 7 + k) % 3000] for k in range(12)) for n in range(240)
+        )
+        (workspace / "memory" / f"2026-03-{day:02d}.md").write_text(f"# Day {day}\n\n{body}\n")
+    mem = make_memory({"chunking": {"tokens": 32, "overlap": 0, "windowTokens": 0}})
+    mem.sync()
+    assert isinstance(mem.store, PgStore) and mem.store.counts()["vectors"] >= vectors.HNSW_MIN_VECTORS
+    assert _hnsw_state(mem.store, 64) == "valid"
+
+
+def test_a_search_reads_one_snapshot_whatever_a_writer_commits_meanwhile(pg_url: str, schema: str) -> None:
+    rng = np.random.default_rng(8)
+    v = unit(rng, 2)
+    with PgStore(pg_url, "a1", schema) as reader, PgStore(pg_url, "a1", schema) as writer:
+        writer.replace_file(*note("memory/today.md", "the heron came back"), [(["w0"], v[0:1])])
+        reader.refresh()
+        with reader.reading():
+            (hit, _), *_ = reader.knn(v[0], 1)
+            writer_thread = threading.Thread(  # another connection: a writer replaces the file and commits
+                target=writer.replace_file, args=(*note("memory/today.md", "the heron left"), [(["w1"], v[1:2])])
+            )
+            writer_thread.start()
+            writer_thread.join(10)
+            assert reader.chunks_by_ids([hit])[hit].text == "the heron came back"
+        reader.refresh()
+        assert reader.chunks_by_ids([hit]) == {}  # the next search sees the new rows

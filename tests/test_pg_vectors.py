@@ -39,6 +39,11 @@ def test_hnsw_finds_the_exact_neighbours_of_the_agents_own_generation(pg: tuple[
         vectors.add_vectors(cur, schema, "a2", 1, [(c, "x", v) for c, v in zip(others, other, strict=True)])
         olds = chunks(cur, schema, "a1", 1, len(old))  # the agent's previous generation
         vectors.add_vectors(cur, schema, "a1", 1, [(c, "y", v) for c, v in zip(olds, old, strict=True)])
+    for agent, gen in (("a1", 2), ("a2", 1), ("a1", 1)):  # built after the load, as a first sync does
+        assert vectors.build_index(conn, schema, agent, gen, 64)
+    assert not vectors.build_index(conn, schema, "a1", 2, 64)  # there already
+    conn.execute(f"ANALYZE {schema}.vectors")  # as the store does after a bulk load
+    conn.commit()
     hits = 0
     with conn.cursor() as cur:
         for _ in range(30):
@@ -82,6 +87,8 @@ def test_retired_generation_indexes_are_dropped(pg: tuple[Any, str]) -> None:
         vectors.add_vectors(
             cur, schema, "a1", 1, [(c, "h", v) for c, v in zip(ids, clustered(rng, 10, 16), strict=True)]
         )
+        vectors.ensure_index(cur, schema, "a1", 1, 16)
+        assert vectors.index_state(cur, schema, "a1", 1, 16) == "valid"
         vectors.drop_indexes(cur, schema, "a1", 1, [16])
         cur.execute(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = %s AND indexname = %s",

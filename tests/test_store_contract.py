@@ -161,20 +161,33 @@ def test_an_unreachable_store_is_reported_without_a_traceback_or_password(
 
 
 @pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
-def test_a_dropped_connection_fails_one_search_cleanly_and_the_next_reconnects(
-    workspace: Path, make_memory: Callable[..., Memory], store_backend: dict[str, Any]
+def test_dropped_connections_are_replaced_and_one_dropped_mid_search_fails_only_that_search(
+    workspace: Path, make_memory: Callable[..., Memory], store_backend: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import psycopg
+
+    from mdmemory.store.pg import connection
 
     seed(workspace)
     mem = make_memory()
     mem.sync()
     expected = mem.search("heron pond")
-    pid = mem.store.conn.info.backend_pid
-    with psycopg.connect(store_backend["url"], autocommit=True) as admin:  # a server restart, a failover...
-        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-    with pytest.raises(StoreError, match="PostgreSQL failed") as failed:
-        mem.search("heron pond")
+
+    def drop_all() -> None:  # a server restart, a failover...
+        with psycopg.connect(store_backend["url"], autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+
+    monkeypatch.setattr(connection, "CHECK_AFTER_IDLE_SECONDS", 0.0)  # as if they had been idle a while
+    drop_all()  # while idle in the pool: checked before being lent, replaced
+    assert mem.search("heron pond") == expected
+    monkeypatch.undo()
+    with mem.store.reading():  # the search's connection dropped while it is held
+        drop_all()
+        with pytest.raises(StoreError, match="PostgreSQL failed") as failed:
+            mem.search("heron pond")
     assert failed.value.kind == "unavailable"
     assert mem.search("heron pond") == expected  # a new connection, the same index
     assert mem.status()["storeState"]["state"] == "ok"

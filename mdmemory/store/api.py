@@ -139,6 +139,11 @@ class IndexStore(SearchStore, Protocol):
 
     def ensure_writable(self) -> None: ...
 
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """A block of calls that share what they need (PostgreSQL: one connection borrowed from the
+        process's pool for them all, instead of one per call; SQLite: nothing)."""
+        ...
+
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
         """Hold the agent's writer lock for the block (``LockError`` after ``wait`` seconds)."""
         ...
@@ -149,6 +154,11 @@ class IndexStore(SearchStore, Protocol):
 
     def tidy(self) -> None:
         """Remove what a killed writer left behind (called under the writer lock)."""
+        ...
+
+    def settle(self) -> None:
+        """Make what the last writes deferred ready for readers (at the end of a sync, and of a rebuild before
+        it is switched in): PostgreSQL builds the vector index of a generation loaded without one."""
         ...
 
     def begin_rebuild(self) -> IndexStore:

@@ -32,6 +32,9 @@ class SqliteLifecycle:
     path: Path
     conn: Any
 
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
         return _file_lock(Path(f"{self.path}.lock"), wait, self.path)
 
@@ -52,6 +55,9 @@ class SqliteLifecycle:
 
     def tidy(self) -> None:
         remove_orphans(self.path)
+
+    def settle(self) -> None:
+        """Nothing is deferred: sqlite-vec's index takes each vector as it is written."""
 
     def begin_rebuild(self) -> Store:
         from mdmemory.store.index import Store

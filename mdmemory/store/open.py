@@ -26,7 +26,9 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
 
         with contextlib.suppress(OSError):  # this host's state files of the agent go there (a read-only
             agent.store_path.parent.mkdir(parents=True, exist_ok=True)  # folder: status computes them instead)
-        return PgStore(_url(agent), agent.id, settings.schema)
+        return PgStore(
+            _url(agent), agent.id, settings.schema, max_connections=settings.max_connections, hnsw=settings.hnsw
+        )
     from mdmemory.store.index import Store
 
     return Store(agent.store_path)
@@ -48,7 +50,7 @@ def open_entry_log(agent: AgentConfig) -> EntryLog | None:
 
     url, schema = _url(agent), check_schema_name(settings.schema)
     try:
-        log = PgEntryLog(borrow(url, ENTRY_WAIT_SECONDS), schema, agent.id, url=url)
+        log = PgEntryLog(borrow(url, settings.max_connections, ENTRY_WAIT_SECONDS), schema, agent.id, url=url)
     except StoreError:  # after an outage the pool may wait out a backoff: a connection of its own, or the error
         log = PgEntryLog(connect(url), schema, agent.id, url=url, pooled=False)
     try:

@@ -10,32 +10,53 @@ same one, and an entry with a tombstone is never returned as pending, whatever o
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from mdmemory.store.api import EntryStatus, PendingEntry, Tombstone
+from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, Borrowing, borrows
 
 
-class PgEntryLog:
-    """The entries of ``agent_id`` in ``schema``, on ``conn`` (with ``url``: this log's, closed by ``close``)."""
+class PgEntryLog(Borrowing):
+    """The entries of ``agent_id`` in ``schema``: on ``conn`` when given (with ``url``: this log's, given back
+    or closed by ``close``), else each call on a connection borrowed from the pool for ``url`` (or the one
+    the calling thread's block holds: a store's log, ``PgStore.entry_log``)."""
 
-    def __init__(self, conn: Any, schema: str, agent_id: str, *, url: str | None = None, pooled: bool = True) -> None:
-        self.conn = conn
+    def __init__(
+        self,
+        conn: Any,
+        schema: str,
+        agent_id: str,
+        *,
+        url: str | None = None,
+        pooled: bool = True,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    ) -> None:
+        self._own = conn
         self.schema = schema
         self.agent_id = agent_id
-        self._url = url  # set when the connection is this log's alone: ``close`` gives it back (or closes it)
+        self.url = url or ""
+        self.max_connections = max_connections
         self._pooled = pooled
 
+    @property
+    def conn(self) -> Any:
+        return self._own if self._own is not None else super().conn
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext(self._own) if self._own is not None else super().session()
+
     def close(self) -> None:
-        if self._url is not None and self.conn is not None:
+        if self._own is not None and self.url:
             from mdmemory.store.pg.connection import give_back
 
             if self._pooled:
-                give_back(self._url, self.conn)
+                give_back(self.url, self._own)
             else:
-                self.conn.close()
-            self.conn = None
+                self._own.close()
+            self._own = None
 
     def __enter__(self) -> PgEntryLog:
         return self
@@ -43,12 +64,14 @@ class PgEntryLog:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @borrows
     def _one(self, sql: str, params: Sequence[Any]) -> Any:
         row = self.conn.execute(sql, params).fetchone()
         self.conn.commit()
         return row
 
     # -- retaining ------------------------------------------------------------------------------------
+    @borrows
     def retain(self, entry_id: str, day: str, block: str) -> EntryStatus:
         s, a = self.schema, self.agent_id
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -66,6 +89,7 @@ class PgEntryLog:
             row = cur.fetchone()
         return "forgotten" if row is not None and row[0] == "forgotten" else "duplicate"
 
+    @borrows
     def record(self, entry_id: str, day: str) -> None:
         with self.conn.transaction():
             self.conn.execute(
@@ -86,6 +110,7 @@ class PgEntryLog:
         return "duplicate" if row[1] is not None else None
 
     # -- what the files' host does --------------------------------------------------------------------
+    @borrows
     def pending(self, limit: int = 1000) -> list[PendingEntry]:
         s = self.schema
         rows = self.conn.execute(
@@ -97,6 +122,7 @@ class PgEntryLog:
         self.conn.commit()
         return [PendingEntry(r[0], r[1], r[2] or "") for r in rows]
 
+    @borrows
     def written(self, entry_ids: Sequence[str]) -> None:
         if not entry_ids:
             return
@@ -107,6 +133,7 @@ class PgEntryLog:
                 (time.time(), self.agent_id, list(entry_ids)),
             )
 
+    @borrows
     def forget(self, entry_ids: Sequence[str], reason: str | None, *, applied: bool) -> int:
         ids = list(dict.fromkeys(entry_ids))
         if not ids:
@@ -126,6 +153,7 @@ class PgEntryLog:
             )
             return int(cur.rowcount)
 
+    @borrows
     def unapplied(self) -> list[Tombstone]:
         rows = self.conn.execute(
             f"SELECT entry_id, reason FROM {self.schema}.tombstones WHERE agent_id = %s AND NOT applied ORDER BY seq",
@@ -134,6 +162,7 @@ class PgEntryLog:
         self.conn.commit()
         return [Tombstone(r[0], r[1]) for r in rows]
 
+    @borrows
     def applied(self, entry_ids: Sequence[str]) -> None:
         if not entry_ids:
             return

@@ -12,7 +12,9 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.index import ChunkRow, ChunkVectors
+from mdmemory.store.pg import codec, keyword
 from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import borrows
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,26 +26,16 @@ def _chunk(r: Sequence[Any]) -> ChunkRow:
     return ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8], id=int(r[0]))
 
 
-def _array(values: Sequence[float]) -> np.ndarray:
-    import numpy as np
+class PgIndexing(keyword.RemembersTotals):
+    """Needs ``schema``, ``agent_id`` and ``gen`` (the generation read and written)."""
 
-    return np.asarray(values, dtype=np.float32)
-
-
-class PgIndexing:
-    """Needs ``conn``, ``schema``, ``agent_id`` and ``gen`` (the generation read and written)."""
-
-    conn: Any
-    schema: str
-    agent_id: str
-    gen: int
-
+    @borrows
     def _rows(self, sql: str, params: Sequence[Any]) -> list[Any]:
         rows = self.conn.execute(sql, params).fetchall()
-        self.conn.commit()
         return list(rows)
 
     # -- meta and chunks --------------------------------------------------------------------------
+    @borrows
     def delete_meta(self, key: str) -> None:
         with self.conn.transaction():
             self.conn.execute(
@@ -51,6 +43,7 @@ class PgIndexing:
                 (self.agent_id, self.gen, key),
             )
 
+    @borrows
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         """Record a new mtime/size for a file whose content hash did not change."""
         with self.conn.transaction():
@@ -60,10 +53,8 @@ class PgIndexing:
             )
 
     def chunk_count(self) -> int:
-        rows = self._rows(
-            f"SELECT chunks FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s", (self.agent_id, self.gen)
-        )
-        return int(rows[0][0]) if rows else 0
+        """Chunks of the generation, as of the last ``refresh`` or write through this store."""
+        return self.totals().chunks
 
     def pending_count(self) -> int:
         sql = f"SELECT count(*) FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND pending"
@@ -115,6 +106,7 @@ class PgIndexing:
         )
         return [_chunk(r) for r in self._rows(sql, (self.agent_id, self.gen, int(after_id), int(limit)))]
 
+    @borrows
     def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
         """Write the vectors of pending chunks in one transaction and clear their pending marks; a chunk no
         longer pending with the same text (re-indexed meanwhile) is skipped. Returns how many got vectors."""
@@ -127,11 +119,11 @@ class PgIndexing:
                     "AND embed_hash = %s AND pending",
                     (chunk.id, self.agent_id, self.gen, chunk.embed_hash),
                 )
-                if cur.rowcount == 1 and chunk.id is not None:
+                if cur.rowcount == 1 and chunk.id is not None:  # (their vectors change the generation's totals)
                     rows.extend((chunk.id, digest, row) for digest, row in zip(hashes, matrix, strict=True))
                     done += 1
-            if rows:
-                vector_sql.add_vectors(cur, self.schema, self.agent_id, self.gen, rows)
+            vector_sql.add_vectors(cur, self.schema, self.agent_id, self.gen, rows)
+        self._totals = None
         return done
 
     def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:
@@ -139,14 +131,14 @@ class PgIndexing:
         import numpy as np
 
         sql = (
-            f"SELECT chunk_id, hash, embedding::real[] FROM {self.schema}.vectors WHERE agent_id = %s AND gen = %s "
-            "AND chunk_id = ANY(%s) ORDER BY id"
+            f"SELECT chunk_id, hash, vector_send(embedding) FROM {self.schema}.vectors WHERE agent_id = %s "
+            "AND gen = %s AND chunk_id = ANY(%s) ORDER BY id"
         )
         grouped: dict[int, tuple[list[str], list[np.ndarray]]] = {}
         for cid, digest, values in self._rows(sql, (self.agent_id, self.gen, list(chunk_ids))):
             hashes, vecs = grouped.setdefault(int(cid), ([], []))
             hashes.append(str(digest))
-            vecs.append(_array(values))
+            vecs.append(codec.array(values))
         return {cid: (hashes, np.stack(vecs)) for cid, (hashes, vecs) in grouped.items()}
 
     def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
@@ -154,10 +146,10 @@ class PgIndexing:
         if not hashes:
             return {}
         sql = (
-            f"SELECT DISTINCT ON (hash) hash, embedding::real[] FROM {self.schema}.vectors WHERE agent_id = %s "
+            f"SELECT DISTINCT ON (hash) hash, vector_send(embedding) FROM {self.schema}.vectors WHERE agent_id = %s "
             "AND gen = %s AND hash = ANY(%s)"
         )
-        return {str(h): _array(v) for h, v in self._rows(sql, (self.agent_id, self.gen, list(hashes)))}
+        return {str(h): codec.array(v) for h, v in self._rows(sql, (self.agent_id, self.gen, list(hashes)))}
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""
@@ -167,7 +159,7 @@ class PgIndexing:
             f"SELECT chunk_id, max(1 - (embedding <=> %s::vector)) FROM {self.schema}.vectors "
             "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s) GROUP BY chunk_id"
         )
-        params = (vector_sql.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids))
+        params = (codec.param(query), self.agent_id, self.gen, len(query), list(chunk_ids))
         return {int(r[0]): float(r[1]) for r in self._rows(sql, params)}
 
     def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
@@ -179,7 +171,7 @@ class PgIndexing:
             "WHERE agent_id = %s AND gen = %s AND dims = %s AND chunk_id = ANY(%s)"
         )
         out: dict[int, dict[str, float]] = {}
-        params = (vector_sql.literal(query), self.agent_id, self.gen, len(query), list(chunk_ids))
+        params = (codec.param(query), self.agent_id, self.gen, len(query), list(chunk_ids))
         for cid, digest, sim in self._rows(sql, params):
             out.setdefault(int(cid), {})[str(digest)] = float(sim)
         return out
@@ -189,12 +181,13 @@ class PgIndexing:
         if not hashes:
             return {}
         sql = (
-            f"SELECT hash, embedding::real[] FROM {self.schema}.embedding_cache WHERE agent_id = %s AND provider = %s "
-            "AND model = %s AND provider_key = %s AND hash = ANY(%s)"
+            f"SELECT hash, vector_send(embedding) FROM {self.schema}.embedding_cache WHERE agent_id = %s "
+            "AND provider = %s AND model = %s AND provider_key = %s AND hash = ANY(%s)"
         )
         params = (self.agent_id, provider, model, key, list(dict.fromkeys(hashes)))
-        return {str(h): _array(v) for h, v in self._rows(sql, params)}
+        return {str(h): codec.array(v) for h, v in self._rows(sql, params)}
 
+    @borrows
     def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
         now = time.time()
         with self.conn.transaction(), self.conn.cursor() as cur:
@@ -203,12 +196,10 @@ class PgIndexing:
                 "embedding, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s::vector, %s) ON CONFLICT (agent_id, "
                 "provider, model, provider_key, hash) DO UPDATE SET dims = EXCLUDED.dims, embedding = "
                 "EXCLUDED.embedding, updated_at = EXCLUDED.updated_at",
-                [
-                    (self.agent_id, provider, model, key, h, len(v), vector_sql.literal(v), now)
-                    for h, v in items.items()
-                ],
+                [(self.agent_id, provider, model, key, h, len(v), codec.param(v), now) for h, v in items.items()],
             )
 
+    @borrows
     def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
         """Mark cache entries as recently used so pruning keeps them."""
         with self.conn.transaction():
@@ -218,6 +209,7 @@ class PgIndexing:
                 (time.time(), self.agent_id, provider, model, key, list(dict.fromkeys(hashes))),
             )
 
+    @borrows
     def cache_prune(self, max_entries: int) -> int:
         """Delete the agent's oldest cache entries beyond ``max_entries``; returns how many were removed."""
         t = f"{self.schema}.embedding_cache"
@@ -241,8 +233,8 @@ class PgIndexing:
         )
         for provider, model, key in groups:
             rows = self._rows(
-                f"SELECT hash, embedding::real[] FROM {self.schema}.embedding_cache WHERE agent_id = %s AND "
+                f"SELECT hash, vector_send(embedding) FROM {self.schema}.embedding_cache WHERE agent_id = %s AND "
                 "provider = %s AND model = %s AND provider_key = %s",
                 (self.agent_id, provider, model, key),
             )
-            yield (str(provider), str(model), str(key)), {str(h): _array(v) for h, v in rows}
+            yield (str(provider), str(model), str(key)), {str(h): codec.array(v) for h, v in rows}

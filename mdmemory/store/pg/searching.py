@@ -5,77 +5,110 @@ the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mdmemory.store.fts import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
+from mdmemory.store.pg.connection import borrows
+from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np
 
 
-class PgSearching:
-    """Needs ``conn``, ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies)."""
+DF_EXACT_BELOW = 20_000  # chunks; below, document frequencies are counted again after any write
+DF_DRIFT = 0.01  # above, a remembered count holds while the chunk count moves less than this share
 
-    conn: Any
-    schema: str
-    agent_id: str
-    gen: int
+
+class PgSearching(keyword.RemembersTotals):
+    """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies).
+
+    A search asks many small questions; each is one round trip to the server: the generation's totals
+    (chunks, tokens, vectors per chunk, write counter) are read with the live generation by ``refresh``
+    rather than by each question, and the terms a chunk holds come with its BM25 score."""
+
+    hnsw: HnswConfig
     _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
+    _df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # gen, term -> (df, chunks, version)
 
     def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
         return [(cid, rank) for cid, rank, _ in self.keyword_matches(words, k)]
 
+    @borrows
     def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
         """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
         what the SQLite store's highlighted words tell the search."""
         parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
         terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k)
-            cur.execute(
-                f"SELECT chunk_id, term FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
-                "AND term = ANY(%s) AND chunk_id = ANY(%s)",
-                (self.agent_id, self.gen, terms, [cid for cid, _ in ranked]),
-            )
-            held: dict[int, set[str]] = {}
-            for cid, term in cur.fetchall():
-                held.setdefault(int(cid), set()).add(str(term))
-        words_of = {cid: {w for w, ts in parts.items() if ts and set(ts) <= found} for cid, found in held.items()}
-        return [(cid, rank, words_of.get(cid, set())) for cid, rank in ranked]
+        totals, df = self.totals(), self.document_frequencies(terms)
+        with self.conn.cursor() as cur:
+            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k, totals, df)
+        return [(cid, rank, {w for w, ts in parts.items() if ts and set(ts) <= found}) for cid, rank, found in ranked]
 
+    @borrows
     def term_frequency_at_least(self, word: str, limit: int) -> int:
         """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
         terms = keyword.query_terms([word])
         if not terms:
             return 0
-        version = self.conn.execute(
-            f"SELECT version FROM {self.schema}.token_totals WHERE agent_id = %s AND gen = %s",
-            (self.agent_id, self.gen),
-        ).fetchone()
-        key = (self.gen, int(version[0]) if version else 0)
+        if len(terms) == 1:
+            return min(self.document_frequencies(terms)[terms[0]], int(limit))
+        key = (self.gen, self.totals().version)
         if self._df[0] != key:
             self._df = (key, {})
         known = self._df[1].get((word, limit))
         if known is not None:
-            self.conn.commit()
             return known
         row = self.conn.execute(
             f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
             "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
             (self.agent_id, self.gen, terms, len(terms), int(limit)),
         ).fetchone()
-        self.conn.commit()
         self._df[1][(word, limit)] = int(row[0])
         return int(row[0])
 
+    @borrows
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        """How many chunks hold each term. Counted once and remembered: until the generation changes at
+        all while it is small, and while its chunk count stays within ``DF_DRIFT`` of what it was when
+        counted once it holds ``DF_EXACT_BELOW`` chunks (an IDF moves by less than 0.01 then, and counting
+        a frequent term's postings again after every write would cost more than the search)."""
+        totals = self.totals()
+        memo = self._df_terms if self._df_terms[0] == self.gen else (self.gen, {})
+        self._df_terms = memo
+        out: dict[str, int] = {}
+        missing = []
+        for term in dict.fromkeys(terms):
+            seen = memo[1].get(term)
+            if seen is not None and (
+                seen[2] == totals.version
+                or (totals.chunks >= DF_EXACT_BELOW and abs(totals.chunks - seen[1]) <= DF_DRIFT * seen[1])
+            ):
+                out[term] = seen[0]
+            else:
+                missing.append(term)
+        if missing:
+            rows = self.conn.execute(
+                f"SELECT term, count(*) FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+                "AND term = ANY(%s) GROUP BY term",
+                (self.agent_id, self.gen, missing),
+            ).fetchall()
+            counted = {str(t): int(n) for t, n in rows}
+            for term in missing:
+                out[term] = counted.get(term, 0)
+                memo[1][term] = (out[term], totals.chunks, totals.version)
+        return out
+
+    @borrows
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k)
+        totals = self.totals()
+        with self.conn.cursor() as cur:
+            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k, totals)
 
+    @borrows
     def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks containing any needle (CJK words shorter than a trigram), scored as the SQLite store does:
         more distinct needles, then more occurrences, first (negative scores)."""
@@ -87,16 +120,13 @@ class PgSearching:
             "ORDER BY id LIMIT %s",
             (self.agent_id, self.gen, patterns, int(k) * 8),
         ).fetchall()
-        self.conn.commit()
         return rank_needle_hits(rows, needles, k)
 
+    @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT count(*)::float / greatest(count(DISTINCT chunk_id), 1) FROM {self.schema}.vectors "
-                "WHERE agent_id = %s AND gen = %s",
-                (self.agent_id, self.gen),
+        per_chunk = self.totals().per_chunk
+        with self.conn.cursor() as cur:
+            return vector_sql.knn(
+                cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk, ef_search=self.hnsw.ef_search
             )
-            per_chunk = float(cur.fetchone()[0] or 1.0)
-            return vector_sql.knn(cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk)

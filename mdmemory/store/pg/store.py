@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
 from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
-from mdmemory.store.pg import keyword
+from mdmemory.store.pg import keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import borrow, give_back, shown_url
+from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmemory.store.pg.entries import PgEntryLog
 from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
+from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     from mdmemory.store.api import IndexStore
@@ -50,37 +51,62 @@ class PgStore(PgIndexing, PgSearching):
     write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
     inode: int | None = None  # not a file
 
-    def __init__(self, url: str, agent_id: str, schema: str = "mdmemory", *, generation: int | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        agent_id: str,
+        schema: str = "mdmemory",
+        *,
+        generation: int | None = None,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        hnsw: HnswConfig = vector_sql.DEFAULT_HNSW,
+    ) -> None:
         self.url = url
+        self.max_connections = max_connections
+        self.hnsw = hnsw
         self.agent_id = agent_id
         self.schema = check_schema_name(schema)
         self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
-        self.conn = borrow(url)
-        try:
-            ensure_migrated(self.conn, url, self.schema)
+        with self.session() as conn:
+            ensure_migrated(conn, url, self.schema)
             self.gen = self._live_generation() if generation is None else generation
-        except BaseException:
-            give_back(url, self.conn)
-            raise
         self._building = generation is not None
         # document frequencies by (word, limit), kept while the generation's write counter stays the same
         self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
+        self._df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # see document_frequencies
+        self._indexed: set[tuple[int, int]] = set()  # (generation, dims) known to have a valid HNSW index
 
     def close(self) -> None:
-        if self.conn is not None:
-            give_back(self.url, self.conn)
-            self.conn = None
+        """Nothing to give back: a store holds a connection only while a call (or ``session``) runs."""
 
     def entry_log(self) -> PgEntryLog:
-        """The agent's retained entries and tombstones, on this store's connection."""
-        return PgEntryLog(self.conn, self.schema, self.agent_id)
+        """The agent's retained entries and tombstones: each call on a connection from the pool, or on the
+        one the calling thread's block holds (the writer's, under its lock: ``mdmemory.entryindex.snapshot``)."""
+        return PgEntryLog(None, self.schema, self.agent_id, url=self.url, max_connections=self.max_connections)
 
     def reopen(self) -> None:
-        """A fresh connection (the old one may have been dropped by the server), following the live generation."""
-        self.close()
-        self.conn = borrow(self.url)
+        """Follow the live generation (the next call borrows a connection the server has not dropped)."""
         if not self._building:
             self.gen = self._live_generation()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """The calls of a search on one connection and one snapshot (a read-only REPEATABLE READ
+        transaction): the chunks its vector and keyword searches found are still there when it reads them,
+        whatever a writer commits meanwhile (each call would otherwise see the latest commit)."""
+        from psycopg import IsolationLevel, pq
+
+        with self.session() as conn:
+            if conn.info.transaction_status != pq.TransactionStatus.IDLE:  # a block in a transaction: it decides
+                yield conn
+                return
+            conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+            try:
+                with conn.transaction():
+                    yield conn
+            finally:
+                if not conn.broken:  # (a broken one is discarded by the pool)
+                    conn.isolation_level, conn.read_only = None, None
 
     def ensure_writable(self) -> None:
         """Nothing to check ahead: PostgreSQL reports a write it refuses when it happens."""
@@ -92,6 +118,7 @@ class PgStore(PgIndexing, PgSearching):
         self.close()
 
     # -- generations ------------------------------------------------------------------------------
+    @borrows
     def _live_generation(self) -> int:
         """The live generation (the first one is created live, empty)."""
         s = self.schema
@@ -104,16 +131,21 @@ class PgStore(PgIndexing, PgSearching):
             cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
             return int(cur.fetchone()[0])
 
+    @borrows
     def refresh(self) -> bool:
-        """Follow a switch another process made; True when the live generation changed."""
+        """Follow a switch another process made, and read the live generation's totals with it (one round
+        trip; see ``keyword.RemembersTotals``); True when the live generation changed."""
         if self._building:
             return False
+        columns = ", ".join(f"t.{c}" for c in keyword.TOTALS_COLUMNS.split(", "))
         row = self.conn.execute(
-            f"SELECT gen FROM {self.schema}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,)
+            f"SELECT g.gen, {columns} FROM {self.schema}.generations g LEFT JOIN {self.schema}.token_totals t "
+            "ON t.agent_id = g.agent_id AND t.gen = g.gen WHERE g.agent_id = %s AND g.state = 'live'",
+            (self.agent_id,),
         ).fetchone()
-        self.conn.commit()
         live = int(row[0]) if row else self._live_generation()
         changed, self.gen = live != self.gen, live
+        self._totals = keyword.Totals(live, *(int(x or 0) for x in row[1:])) if row else None
         return changed
 
     # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
@@ -123,18 +155,18 @@ class PgStore(PgIndexing, PgSearching):
     @contextlib.contextmanager
     def embedding_turn(self) -> Iterator[bool]:
         key = _lock_key(self.agent_id, "embed")
-        got = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0])
-        self.conn.commit()
-        try:
-            yield got
-        finally:
-            if got:
-                self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                self.conn.commit()
+        with self.session():  # phase 2 writes on the connection that holds the lock
+            got = try_lock(self.url, key)
+            try:
+                yield got
+            finally:
+                if got:
+                    unlock(self.url, key)
 
+    @borrows
     def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
         """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
-        dropped by the next ``begin_rebuild``)."""
+        dropped by the next ``begin_rebuild``), and index the vectors a killed writer left without one."""
         s = self.schema
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute(
@@ -143,19 +175,49 @@ class PgStore(PgIndexing, PgSearching):
             )
             for (old,) in cur.fetchall():
                 self._drop_generation(cur, int(old))
+        self.settle()
+
+    @borrows
+    def settle(self) -> None:
+        """Build the HNSW index of the generation's vectors if it has none and holds ``HNSW_MIN_VECTORS``
+        (see ``vectors.add_vectors``: a first index or a rebuild is loaded without one, then indexed at
+        once, ~4x cheaper than vector by vector). One process builds it (an advisory lock per agent); the
+        others go on without waiting."""
+        dims = self.vec_dims()
+        if dims is None or (self.gen, dims) in self._indexed:
+            return
+        with self.conn.cursor() as cur:
+            small = (
+                vector_sql.generation_vectors(cur, self.schema, self.agent_id, self.gen) < vector_sql.HNSW_MIN_VECTORS
+            )
+        if small:
+            return
+        key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
+        if not try_lock(self.url, key):
+            return
+        try:
+            if vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims, self.hnsw):
+                self.analyze()  # a bulk load: the planner's statistics and the visibility map after it
+            self._indexed.add((self.gen, dims))
+        finally:
+            unlock(self.url, key)
 
     def begin_rebuild(self) -> PgStore:
-        """A new ``building`` generation, opened on a connection of its own; the embedding cache is the
+        """A new ``building`` generation, written through a store of its own; the embedding cache is the
         agent's, not a generation's, so the rebuild finds every vector embedded before."""
         gen = self.begin_generation()
-        return PgStore(self.url, self.agent_id, self.schema, generation=gen)
+        return PgStore(
+            self.url, self.agent_id, self.schema, generation=gen, max_connections=self.max_connections, hnsw=self.hnsw
+        )
 
     def finish_rebuild(self, built: IndexStore) -> None:
         assert isinstance(built, PgStore)
+        built.settle()
         built.close()
         self.switch_live(built.gen)
         self.analyze()
 
+    @borrows
     def abandon_rebuild(self, built: IndexStore) -> None:
         """Drop the generation being built; if the server cannot be asked now (the failure that ended the
         rebuild may be a lost connection), the next ``begin_rebuild`` drops it: no reader ever sees it."""
@@ -167,6 +229,7 @@ class PgStore(PgIndexing, PgSearching):
             with self.conn.transaction(), self.conn.cursor() as cur:
                 self._drop_generation(cur, built.gen)
 
+    @borrows
     def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
         """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
         s = self.schema
@@ -182,6 +245,7 @@ class PgStore(PgIndexing, PgSearching):
             )
         return gen
 
+    @borrows
     def switch_live(self, gen: int) -> None:
         """Make ``gen`` live and retire the old live generation, in one transaction (see ``tidy``)."""
         s = self.schema
@@ -202,51 +266,50 @@ class PgStore(PgIndexing, PgSearching):
             )
         self.gen = gen
 
+    @borrows
     def analyze(self) -> None:
         """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
         plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
-        self.conn.commit()
         for table in ("chunks", "postings", "grams", "vectors", "token_totals"):
-            self.conn.execute(f"ANALYZE {self.schema}.{table}")
-        self.conn.commit()
+            # postings vacuumed too: BM25 reads them index-only once their pages are marked all-visible
+            self.conn.execute(f"{'VACUUM (ANALYZE)' if table == 'postings' else 'ANALYZE'} {self.schema}.{table}")
 
     def _drop_generation(self, cur: Any, gen: int) -> None:
         s, a = self.schema, self.agent_id
         cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
         dims = [int(r[0]) for r in cur.fetchall()]
-        for table in ("vectors", "postings", "chunks", "files", "meta", "token_totals", "generations"):
+        for table in ("vectors", "postings", "grams", "chunks", "files", "meta", "token_totals", "generations"):
             cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
         vector_sql.drop_indexes(cur, s, a, gen, dims)
 
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
     def writer(self, wait: float = 0.0) -> Iterator[None]:
-        """Hold the agent's writer lock (every host, every process) for the block."""
+        """Hold the agent's writer lock (every host, every process) for the block, on a connection borrowed
+        for the block: everything the block does on this thread goes through it, and it goes back to the
+        pool when the block ends."""
         key = _lock_key(self.agent_id)
         deadline = time.monotonic() + wait
-        while True:
-            got = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
-            self.conn.commit()
-            if got:
-                break
-            if time.monotonic() >= deadline:
-                raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
-            time.sleep(LOCK_POLL_SECONDS)
-        try:
-            yield
-        finally:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            self.conn.commit()
+        with self.session():
+            while not try_lock(self.url, key):
+                if time.monotonic() >= deadline:
+                    raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
+                time.sleep(LOCK_POLL_SECONDS)
+            try:
+                yield
+            finally:
+                unlock(self.url, key)
 
     # -- meta and files ---------------------------------------------------------------------------
+    @borrows
     def get_meta(self, key: str, default: Any = None, gen: int | None = None) -> Any:
         row = self.conn.execute(
             f"SELECT value FROM {self.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
             (self.agent_id, self.gen if gen is None else gen, key),
         ).fetchone()
-        self.conn.commit()
         return row[0] if row else default
 
+    @borrows
     def set_meta(self, key: str, value: Any, gen: int | None = None) -> None:
         with self.conn.transaction():
             self.conn.execute(
@@ -255,6 +318,7 @@ class PgStore(PgIndexing, PgSearching):
                 (self.agent_id, self.gen if gen is None else gen, key, json.dumps(value)),
             )
 
+    @borrows
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
         rows = self.conn.execute(
             f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
@@ -262,11 +326,11 @@ class PgStore(PgIndexing, PgSearching):
             f"f.indexed_at FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
             (self.agent_id, self.gen if gen is None else gen),
         ).fetchall()
-        self.conn.commit()
         return {
             r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
         }
 
+    @borrows
     def replace_file(
         self,
         file: FileRow,
@@ -281,37 +345,16 @@ class PgStore(PgIndexing, PgSearching):
         s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
         with self.conn.transaction(), self.conn.cursor() as cur:
             self._delete_rows(cur, file.path, g)
-            ids: list[int] = []
-            for i, c in enumerate(chunks):
-                cur.execute(
-                    f"INSERT INTO {s}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
-                    "heading, text, tokens, pending) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, 0, %s) "
-                    "RETURNING id",
-                    (
-                        a,
-                        g,
-                        file.path,
-                        file.source,
-                        c.start_line,
-                        c.end_line,
-                        c.hash,
-                        c.embed_hash,
-                        c.heading or None,
-                        c.text,
-                        vectors is not None and vectors[i] is None,
-                    ),
-                )
-                ids.append(int(cur.fetchone()[0]))
-            keyword.add_postings(cur, s, a, g, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
+            pending = [vectors is not None and vectors[i] is None for i in range(len(chunks))]
+            ids = rows.insert_chunks(cur, s, a, g, file, chunks, pending)
             if vectors is not None:
-                rows = [
+                stored = [
                     (cid, digest, row)
                     for cid, cv in zip(ids, vectors, strict=True)
                     if cv is not None
                     for digest, row in zip(cv[0], cv[1], strict=True)
                 ]
-                if rows:
-                    vector_sql.add_vectors(cur, s, a, g, rows)
+                vector_sql.add_vectors(cur, s, a, g, stored)
             cur.execute(
                 f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size, encoding_errors, indexed_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET "
@@ -319,8 +362,10 @@ class PgStore(PgIndexing, PgSearching):
                 "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
                 (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
             )
+        self._totals = None
         return ids
 
+    @borrows
     def delete_file(self, path: str, gen: int | None = None) -> None:
         """Remove a file and every row derived from it, in one transaction."""
         g = self.gen if gen is None else gen
@@ -330,6 +375,7 @@ class PgStore(PgIndexing, PgSearching):
                 f"DELETE FROM {self.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
                 (self.agent_id, g, path),
             )
+        self._totals = None
 
     def _delete_rows(self, cur: Any, path: str, gen: int) -> None:
         cur.execute(
