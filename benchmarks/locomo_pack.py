@@ -15,8 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mdmemory.memory import Memory
-from mdmemory.pack import HEADER, SEPARATOR, cite
+from mdmemory.pack import HEADER, SEPARATOR
 from mdmemory.packer import candidate_count
+from mdmemory.packitems import cite
 from mdmemory.tokens import TokenCounter, estimate_tokens
 
 BUDGETS = (500, 1000, 2000)

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mdmemory.embedding import sha256
+from mdmemory.fileread import read_text
 from mdmemory.service.blocks import closing
 from mdmemory.sessionview import day_of, day_path, view
 from mdmemory.store import FileRow
 from mdmemory.store.api import IndexStore, PendingEntry
 from mdmemory.store.lines import VIRTUAL_SIZE, file_text
-from mdmemory.workspace import Workspace, read_text
+from mdmemory.workspace import Workspace
 
 if TYPE_CHECKING:
     from mdmemory.indexer import Indexer, SyncReport

@@ -14,11 +14,12 @@ from mdmemory.chunker import chunk_markdown
 from mdmemory.config import MemorySearchConfig, camel
 from mdmemory.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
 from mdmemory.errors import ProviderError, SyncCancelled
+from mdmemory.fileread import read_text
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, FileRow
 from mdmemory.store.api import IndexStore
 from mdmemory.store.lines import VIRTUAL_SIZE
-from mdmemory.workspace import MemoryFile, Workspace, read_text
+from mdmemory.workspace import MemoryFile, Workspace
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
 

@@ -22,14 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.agent.schemas import PACK_INPUT, PACK_KINDS, validate_arguments
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
-from mdmemory.pack import LinesOf, Window, build_pack, kind_of
+from mdmemory.fileread import read_text
+from mdmemory.pack import LinesOf, Window, build_pack
+from mdmemory.packitems import kind_of
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
 from mdmemory.store import ChunkRow
 from mdmemory.store.api import IndexStore
 from mdmemory.store.lines import VIRTUAL_SIZE, file_lines
 from mdmemory.tokens import TokenCounter, estimate_tokens
-from mdmemory.workspace import Workspace, read_text
+from mdmemory.workspace import Workspace
 
 if TYPE_CHECKING:
     import numpy as np

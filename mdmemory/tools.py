@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.config import CitationsMode, MemorySearchConfig
 from mdmemory.errors import SpecialFileError, WorkspaceError
-from mdmemory.workspace import Workspace, read_capped
+from mdmemory.fileread import read_capped
+from mdmemory.workspace import Workspace
 
 if TYPE_CHECKING:
     from mdmemory.search import SearchOutcome
@@ -33,7 +34,7 @@ def search_response(
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
     which the caller reports as warnings). Secrets in snippets are ``[REDACTED:<kind>]`` (mdmemory.redaction).
     """
-    from mdmemory.pack import cite  # here, not at the top: memory_get needs neither the search nor the pack
+    from mdmemory.packitems import cite  # here, not at the top: memory_get needs neither the search nor the pack
     from mdmemory.redaction import redact
     from mdmemory.snippets import SNIPPET_CHARS, make_snippet
 

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mdmemory.chunker import chunk_markdown
-from mdmemory.pack import FOCUS_LINES, HEADER, Pack, PackItem, build_pack, cite, kind_of
+from mdmemory.pack import FOCUS_LINES, HEADER, build_pack
+from mdmemory.packitems import Pack, PackItem, cite, kind_of
 from mdmemory.search import Hit
 from mdmemory.store import ChunkRow
 from mdmemory.tokens import estimate_tokens

@@ -24,8 +24,9 @@ import pytest
 from mdmemory.agent.context import session_context
 from mdmemory.agent.remember import MAX_NOTE_BYTES, remember
 from mdmemory.errors import ConfigError, SpecialFileError, WorkspaceError
+from mdmemory.fileread import open_regular, read_text
 from mdmemory.memory import Memory
-from mdmemory.workspace import Workspace, open_regular, read_text
+from mdmemory.workspace import Workspace
 from tests.agent_helpers import agent_config, write_config
 from tests.conftest import REPO, write
 

@@ -6,7 +6,7 @@ mdmemory process whatever its ``MDMEMORY_HOME``), so concurrent ``remember`` cal
 lose lines. The folder and the file are created when missing; a new file starts with a heading.
 
 Only regular files with one link are appended to: a FIFO, a device, a socket or a hard link named like
-the target is refused before anything is opened for writing (``workspace.open_regular``). A note is at
+the target is refused before anything is opened for writing (``fileread.open_regular``). A note is at
 most ``MAX_NOTE_BYTES`` (64 KiB) of UTF-8, and a note that would push its file over
 ``memorySearch.maxFileBytes`` is refused: the indexer skips files over that size, so the whole file would
 drop out of search.
@@ -27,7 +27,8 @@ from mdmemory.agent import clock
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
 from mdmemory.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
-from mdmemory.workspace import ROOT_FILES, Workspace, open_regular
+from mdmemory.fileread import open_regular
+from mdmemory.workspace import ROOT_FILES, Workspace
 
 LOCK_NAME = ".mdmemory.lock"
 LOCK_TIMEOUT_SECONDS = 30.0

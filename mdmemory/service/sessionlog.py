@@ -32,11 +32,12 @@ from filelock import FileLock, Timeout
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
 from mdmemory.errors import LockError, WorkspaceError
+from mdmemory.fileread import open_regular
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
 from mdmemory.service.canonical import entry_id
 from mdmemory.service.contract import ENTRY_ID, Turn, bad, turn_of
-from mdmemory.workspace import SESSIONS_DIR, open_regular
+from mdmemory.workspace import SESSIONS_DIR
 
 TOMBSTONES = ".tombstones.jsonl"
 LOCK_NAME = ".mdmemory.lock"
