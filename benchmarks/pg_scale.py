@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.scale_data import DIMS, derived, derived_note, embed, note, provider, question  # noqa: E402
 from mdmemory.providers.base import EmbeddingProvider  # noqa: E402
-from mdmemory.store.index import ChunkRow, FileRow  # noqa: E402
+from mdmemory.store.rows import ChunkRow, FileRow  # noqa: E402
 
 REAL = 100_000
 PER_FILE = 50

@@ -13,8 +13,8 @@ from mdmemory.chunker import chunk_markdown
 from mdmemory.config import HybridConfig
 from mdmemory.search import search
 from mdmemory.store import Store
-from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg.store import PgStore
+from mdmemory.store.rows import ChunkRow, FileRow
 
 NAMES = "Dana Mika Caroline Melanie Jon Gina".split()
 TOPICS = (

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from mdmemory.errors import LockError
-from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg.store import PgStore
+from mdmemory.store.rows import ChunkRow, FileRow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,7 +98,7 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
         f"""
         import os, signal, sys
         sys.path.insert(0, {str(REPO)!r})
-        from mdmemory.store.index import ChunkRow, FileRow
+        from mdmemory.store.rows import ChunkRow, FileRow
         from mdmemory.store.pg.store import PgStore
         store = PgStore({pg_url!r}, "a1", {schema!r})
         with store.writer():

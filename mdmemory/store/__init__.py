@@ -11,15 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mdmemory.store.connection import connect, transaction
-    from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow, Store
+    from mdmemory.store.index import Store
+    from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
     from mdmemory.store.vectors import decode_vector, encode_vector
 
 _HOMES = {
     "connect": "connection",
     "transaction": "connection",
-    "ChunkRow": "index",
-    "ChunkVectors": "index",
-    "FileRow": "index",
+    "ChunkRow": "rows",
+    "ChunkVectors": "rows",
+    "FileRow": "rows",
     "Store": "index",
     "decode_vector": "vectors",
     "encode_vector": "vectors",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from mdmemory.errors import StoreError
-    from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
+    from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 
 
 EntryStatus = Literal["retained", "duplicate", "forgotten"]

@@ -7,7 +7,6 @@ import json
 import os
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,13 +19,12 @@ from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
 from mdmemory.store.fts import FtsSearch
 from mdmemory.store.knn import VectorReads
 from mdmemory.store.lifecycle import SqliteLifecycle
+from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.schema import check_ours, check_readable_schema, migrate
 from mdmemory.store.sql import rows_in
-from mdmemory.store.vectors import encode_vector
+from mdmemory.store.vecwrite import VectorWrites
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from mdmemory.store.matrix import VectorMatrix
 
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
@@ -37,37 +35,10 @@ _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that alr
 }
 
 
-@dataclass(frozen=True)
-class FileRow:
-    path: str
-    source: str
-    hash: str
-    mtime: float
-    size: int
-    encoding_errors: int = 0
-    chunks: int = 0
-    indexed_at: float = 0.0
+class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycle):
+    """One agent's SQLite index. Every write to a file's rows happens in one transaction.
 
-
-ChunkVectors = tuple[Sequence[str], "np.ndarray"]
-"""One chunk's vectors: the hashes of the embedded inputs and a (n, dims) array, row per input."""
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    path: str
-    source: str
-    start_line: int
-    end_line: int
-    hash: str
-    embed_hash: str
-    heading: str
-    text: str
-    id: int | None = None
-
-
-class Store(FtsSearch, VectorReads, EmbeddingCache, SqliteLifecycle):
-    """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
+    ``VectorWrites`` comes before ``VectorReads``: it implements what the latter declares as provided."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         """Open (creating and migrating as needed) the index at ``path``.
@@ -286,101 +257,6 @@ class Store(FtsSearch, VectorReads, EmbeddingCache, SqliteLifecycle):
             "DELETE FROM pending_embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE path = ?)", (path,)
         )
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
-
-    # -- vectors ----------------------------------------------------------------------------------
-    def vec_dims(self) -> int | None:
-        dims = self._memoised("vec_dims", lambda: self.get_meta("vec_dims"))
-        return int(dims) if dims is not None else None
-
-    def _has_bits(self) -> bool:
-        dims = self.vec_dims()
-        return dims is not None and dims % 8 == 0
-
-    def _ensure_vec_table(self, dims: int) -> None:
-        current = self.vec_dims()
-        if current == dims:
-            return
-        if current is not None:
-            raise StoreError(
-                f"index {self.path} holds {current}-dim vectors but the provider returned {dims}; "
-                "run `mdmemory index --force` to rebuild"
-            )
-        self.conn.execute(
-            f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0(embedding float[{int(dims)}] "
-            "distance_metric=cosine)"
-        )
-        if dims % 8 == 0:
-            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec_bits USING vec0(embedding bit[{dims}])")
-        self.set_meta("vec_dims", dims)
-
-    def _insert_vectors(self, chunk_ids: list[int], vectors: Sequence[ChunkVectors]) -> None:
-        rows = [(cid, h, v) for cid, cv in zip(chunk_ids, vectors, strict=True) for h, v in zip(*cv, strict=True)]
-        if not rows:
-            return
-        import numpy as np
-
-        matrix = np.stack([v for _, _, v in rows]).astype(np.float32)
-        self._ensure_vec_table(int(matrix.shape[1]))
-        blobs = [encode_vector(v) for v in matrix]
-        ids = []
-        for (cid, h, _), blob in zip(rows, blobs, strict=True):
-            cur = self.conn.execute("INSERT INTO vectors(chunk_id, hash, embedding) VALUES (?, ?, ?)", (cid, h, blob))
-            ids.append(int(cur.lastrowid))
-        self.conn.executemany(
-            "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", list(zip(ids, blobs, strict=True))
-        )
-        if self._has_bits():
-            codes = np.packbits(matrix > 0, axis=1)
-            self.conn.executemany(
-                "INSERT INTO chunks_vec_bits(rowid, embedding) VALUES (?, vec_bit(?))",
-                [(i, c.tobytes()) for i, c in zip(ids, codes, strict=True)],
-            )
-
-    def vector_count(self) -> int:
-        if self.vec_dims() is None:
-            return 0
-        return int(self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
-
-    # -- pending embeddings -----------------------------------------------------------------------
-    def pending_count(self) -> int:
-        """How many chunks are indexed for keywords but still wait for their vectors."""
-
-        def count() -> int:
-            try:
-                return int(self.conn.execute("SELECT count(*) FROM pending_embeddings").fetchone()[0])
-            except sqlean.OperationalError:  # an index older than migration 3, opened read-only
-                return 0
-
-        return int(self._memoised("pending", count))
-
-    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
-        """Up to ``limit`` pending chunks with ids above ``after_id``, in id order."""
-        rows = self.conn.execute(
-            "SELECT c.id, c.path, c.source, c.start_line, c.end_line, c.hash, c.embed_hash, c.heading, c.text "
-            "FROM pending_embeddings p JOIN chunks c ON c.id = p.chunk_id WHERE p.chunk_id > ? "
-            "ORDER BY p.chunk_id LIMIT ?",
-            (int(after_id), int(limit)),
-        ).fetchall()
-        return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
-
-    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
-        """Write the vectors of pending chunks in one transaction and clear their pending marks.
-
-        A chunk that is no longer pending with the same text (its file was re-indexed meanwhile by another
-        process) is skipped. Returns how many chunks got their vectors.
-        """
-        with self._tx():
-            ready: list[tuple[int, ChunkVectors]] = []
-            for chunk, vectors in items:
-                cur = self.conn.execute(
-                    "DELETE FROM pending_embeddings WHERE chunk_id = ? "
-                    "AND EXISTS (SELECT 1 FROM chunks WHERE id = ? AND embed_hash = ?)",
-                    (chunk.id, chunk.id, chunk.embed_hash),
-                )
-                if cur.rowcount == 1 and chunk.id is not None:
-                    ready.append((chunk.id, vectors))
-            self._insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
-        return len(ready)
 
     def chunk_count(self) -> int:
         return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))

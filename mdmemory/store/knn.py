@@ -12,8 +12,8 @@ from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_ve
 if TYPE_CHECKING:
     import numpy as np
 
-    from mdmemory.store.index import ChunkVectors
     from mdmemory.store.matrix import VectorMatrix
+    from mdmemory.store.rows import ChunkVectors
 
 EXACT_KNN_MAX_ROWS = 5_000  # above this, KNN runs on 1-bit codes and rescores candidates exactly
 COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candidates to rescore

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mdmemory.store.index import ChunkRow
+from mdmemory.store.rows import ChunkRow
 
 # The size recorded for a file indexed as other text than the file's (a session file with entries the database
 # holds for it, mdmemory.entryindex): never the size of a file on disk, so its host reads it again.

@@ -11,10 +11,10 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.store.index import ChunkRow, ChunkVectors
 from mdmemory.store.pg import codec, keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrows
+from mdmemory.store.rows import ChunkRow, ChunkVectors
 
 if TYPE_CHECKING:
     import numpy as np

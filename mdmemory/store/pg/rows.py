@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mdmemory.store.index import ChunkRow, FileRow
 from mdmemory.store.pg import keyword
+from mdmemory.store.rows import ChunkRow, FileRow
 
 
 def insert_chunks(

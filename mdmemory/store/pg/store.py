@@ -21,7 +21,6 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
-from mdmemory.store.index import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.pg import keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
@@ -29,6 +28,7 @@ from mdmemory.store.pg.entries import PgEntryLog
 from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
+from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:

@@ -1,0 +1,39 @@
+"""The rows both stores exchange with the indexer and search: a file, a chunk, a chunk's vectors."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+@dataclass(frozen=True)
+class FileRow:
+    path: str
+    source: str
+    hash: str
+    mtime: float
+    size: int
+    encoding_errors: int = 0
+    chunks: int = 0
+    indexed_at: float = 0.0
+
+
+ChunkVectors = tuple[Sequence[str], "np.ndarray"]
+"""One chunk's vectors: the hashes of the embedded inputs and a (n, dims) array, row per input."""
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    path: str
+    source: str
+    start_line: int
+    end_line: int
+    hash: str
+    embed_hash: str
+    heading: str
+    text: str
+    id: int | None = None
