@@ -318,7 +318,7 @@ def main() -> int:
     p.add_argument("--queries", type=int, default=200)
     p = sub.add_parser("search")
     p.add_argument("--queries", type=int, default=200)
-    p.add_argument("--warm", type=int, default=30)
+    p.add_argument("--warm", type=int, default=100)
     p.add_argument("--setups", nargs="+", default=["sqlite:100000", "postgres:100000", "postgres:1000000"])
     p.add_argument("--json", type=Path)
     args = ap.parse_args()
