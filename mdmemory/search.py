@@ -113,9 +113,11 @@ def search(
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
     use_keywords = query_vector is None or hybrid.enabled or store.pending_count() > 0
-    vec_ranked: list[tuple[int, float]] = store.knn(query_vector, candidates) if query_vector is not None else []
-    vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
+    # the vector search may run beside the keyword search (PostgreSQL: on a second connection, same snapshot)
+    nearest = store.start_knn(query_vector, candidates) if query_vector is not None else None
     text_scores = _keyword_scores(store, query, terms, candidates, keyword_score) if use_keywords else {}
+    vec_ranked: list[tuple[int, float]] = nearest() if nearest is not None else []
+    vec_scores = {rid: min(1.0, max(0.0, 1.0 - dist)) for rid, dist in vec_ranked}
     no_vector: set[int] = set()
     if query_vector is not None and text_scores:
         # Score every candidate on both sides: a chunk found only by keywords gets its real vector

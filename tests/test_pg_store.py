@@ -273,3 +273,41 @@ def test_a_search_reads_one_snapshot_whatever_a_writer_commits_meanwhile(pg_url:
             assert reader.chunks_by_ids([hit])[hit].text == "the heron came back"
         reader.refresh()
         assert reader.chunks_by_ids([hit]) == {}  # the next search sees the new rows
+
+
+def test_a_vector_search_started_ahead_runs_on_a_second_connection_in_the_searchs_snapshot(
+    pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mdmemory.store.pg import searching
+
+    lent: list[object] = []
+    real_spare = searching.spare
+
+    def counted_spare(url: str, max_connections: int = 16) -> object:
+        conn = real_spare(url, max_connections)
+        lent.append(conn)
+        return conn
+
+    monkeypatch.setattr(searching, "spare", counted_spare)
+    rng = np.random.default_rng(7)
+    vecs = unit(rng, 3)
+    with PgStore(pg_url, "a1", schema) as reader, PgStore(pg_url, "a1", schema) as writer:
+        f, chunks = note("memory/a.md", "kingfisher by the river", "heron at dawn", "otter tracks")
+        ids = writer.replace_file(f, chunks, [(["k"], vecs[0:1]), (["h"], vecs[1:2]), (["o"], vecs[2:3])])
+        reader.refresh()
+        assert reader.start_knn(vecs[0], 1)() == reader.knn(vecs[0], 1)  # outside a search: answered later, here
+        assert lent == []
+        with reader.reading() as conn:
+            own_pid = conn.info.backend_pid
+            assert reader.keyword_matches(["kingfisher"], 5)[0][0] == ids[0]  # the search's snapshot is taken here
+            other = threading.Thread(target=writer.delete_file, args=("memory/a.md",))  # its own connection
+            other.start()
+            other.join()
+            nearest = reader.start_knn(vecs[1], 3)
+            assert reader.keyword_matches(["heron"], 5)[0][0] == ids[1]  # this thread goes on meanwhile
+            got = nearest()
+        assert len(lent) == 1 and lent[0] is not None
+        assert lent[0].info.backend_pid != own_pid  # type: ignore[attr-defined]
+        assert got[0][0] == ids[1] and {cid for cid, _ in got} == set(ids)  # the deleted rows, as the snapshot has them
+        with reader.reading():
+            assert reader.start_knn(vecs[1], 3)() == []  # a new search: a new snapshot, without them

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -102,6 +102,8 @@ class SearchStore(Protocol):
     def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]: ...
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]: ...
+
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]: ...
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]: ...
 

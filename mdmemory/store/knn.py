@@ -3,7 +3,8 @@ similarities a search and a pack ask for. Mixed into ``Store``, which writes the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.sql import rows_in
@@ -92,6 +93,11 @@ class VectorReads:
             if dist < best.get(cid, np.inf):
                 best[cid] = dist
         return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
+
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
+        """``knn`` to be answered later, when the search needs it: here, then, in this thread (one SQLite
+        connection answers one statement at a time)."""
+        return functools.partial(self.knn, query, k)
 
     def _vector_matrix(self, stored: int) -> VectorMatrix | None:
         """The vectors in memory (mdmemory.store.matrix), caught up with the table; None when too large, and

@@ -28,6 +28,7 @@ DEFAULT_MAX_CONNECTIONS = 16  # per URL and process (store.maxConnections); a bo
 POOL_WAIT_SECONDS = 10.0
 WORK_MEM = "32MB"  # per sort or hash of a query on a pooled connection (see _configure)
 CHECK_AFTER_IDLE_SECONDS = 5.0  # a connection idle longer is checked before it is lent (see borrow)
+SPARE_WAIT_SECONDS = 0.5  # what a spare connection may wait for (one idle, or the pool growing by one)
 _pools: dict[str, Any] = {}
 _pools_lock = threading.Lock()
 _given_back: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()  # connection -> when
@@ -134,6 +135,25 @@ def give_back(url: str, conn: Any) -> None:
     if conn.broken or conn.closed:  # the server may have dropped the others too: check them before use
         _lost_one[url] = time.monotonic()
     pool.putconn(conn)
+
+
+def spare(url: str, max_connections: int = DEFAULT_MAX_CONNECTIONS) -> Any | None:
+    """A connection for work this thread hands to another thread (a search's vector half), only when one is
+    at hand: idle in the pool, or the pool below its size with nobody waiting; else None. It never waits
+    behind other borrowers, so it cannot deadlock a thread that holds a connection already. Give it back
+    with ``give_back``."""
+    pool = _pools.get(url)
+    if pool is None:
+        return None
+    stats = pool.get_stats()
+    if stats.get("requests_waiting", 0) or (
+        not stats.get("pool_available", 0) and stats.get("pool_size", 0) >= pool.max_size
+    ):
+        return None
+    try:
+        return borrow(url, max_connections, wait=SPARE_WAIT_SECONDS)
+    except StoreError:
+        return None
 
 
 @contextlib.contextmanager

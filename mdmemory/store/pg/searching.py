@@ -4,13 +4,16 @@ the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import functools
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.fts import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import borrows
+from mdmemory.store.pg.connection import borrows, current, give_back, spare
 from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
@@ -18,6 +21,7 @@ if TYPE_CHECKING:
 
 
 DF_EXACT_BELOW = 20_000  # chunks; below, document frequencies are counted again after any write
+KNN_THREADS = 8  # threads running vector searches started ahead (start_knn), shared by the process's stores
 DF_DRIFT = 0.01  # above, a remembered count holds while the chunk count moves less than this share
 
 
@@ -122,6 +126,26 @@ class PgSearching(keyword.RemembersTotals):
         ).fetchall()
         return rank_needle_hits(rows, needles, k)
 
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
+        """``knn`` started now on a second connection, in the snapshot of the search's (``reading``), while
+        this thread goes on with the keyword search: the server answers both on two cores. Without a read
+        snapshot to share (a writer's block, no ``reading``) or a spare connection at hand, the vector
+        search runs when its answer is asked for, on this thread's connection."""
+        later = functools.partial(self.knn, query, k)
+        conn = current(self.url)
+        if conn is None or conn.read_only is not True or conn.info.transaction_status != pq_status().INTRANS:
+            return later
+        second = spare(self.url, self.max_connections)
+        if second is None:
+            return later
+        try:
+            snapshot = str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+        except BaseException:
+            give_back(self.url, second)
+            raise
+        args = (self.schema, self.agent_id, self.gen, query, k, self.totals().per_chunk, self.hnsw.ef_search)
+        return functools.partial(_threads().submit(_knn_in_snapshot, self.url, second, snapshot, args).result)
+
     @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
@@ -130,3 +154,39 @@ class PgSearching(keyword.RemembersTotals):
             return vector_sql.knn(
                 cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk, ef_search=self.hnsw.ef_search
             )
+
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(KNN_THREADS, thread_name_prefix="mdmemory-knn")
+        return _executor
+
+
+def pq_status() -> Any:
+    from psycopg import pq
+
+    return pq.TransactionStatus
+
+
+def _knn_in_snapshot(url: str, conn: Any, snapshot: str, args: tuple[Any, ...]) -> list[tuple[int, float]]:
+    """``vectors.knn`` on ``conn`` in the exported ``snapshot`` (a read-only REPEATABLE READ transaction
+    that imports it), then the connection goes back to the pool."""
+    from psycopg import IsolationLevel, sql
+
+    schema, agent_id, gen, query, k, per_chunk, ef_search = args
+    try:
+        conn.isolation_level, conn.read_only = IsolationLevel.REPEATABLE_READ, True
+        with conn.transaction():
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            with conn.cursor() as cur:
+                return vector_sql.knn(cur, schema, agent_id, gen, query, k, per_chunk=per_chunk, ef_search=ef_search)
+    finally:
+        if not conn.broken:
+            conn.isolation_level, conn.read_only = None, None
+        give_back(url, conn)
