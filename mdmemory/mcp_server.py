@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory import __version__
 from mdmemory.agent.context import KINDS, SessionKind
-from mdmemory.agent.schemas import ALL_TOOLS, call_tool, tool_definitions
+from mdmemory.agent.dispatch import call_tool
+from mdmemory.agent.schemas import ALL_TOOLS, tool_definitions
 from mdmemory.errors import ConfigError, MdMemoryError
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mdmemory.agent.dispatch import call_tool
 from mdmemory.agent.schemas import (
     GET_INPUT,
     GET_OUTPUT,
@@ -16,7 +17,6 @@ from mdmemory.agent.schemas import (
     PACK_OUTPUT,
     SEARCH_INPUT,
     SEARCH_OUTPUT,
-    call_tool,
     tool_definitions,
 )
 from mdmemory.errors import StoreError

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.agent.schemas import PACK_OUTPUT, call_tool
+from mdmemory.agent.dispatch import call_tool
+from mdmemory.agent.schemas import PACK_OUTPUT
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.schemas import call_tool
+from mdmemory.agent.dispatch import call_tool
 from mdmemory.memory import Memory
 from tests.conftest import write
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.schemas import SEARCH_OUTPUT, call_tool
+from mdmemory.agent.dispatch import call_tool
+from mdmemory.agent.schemas import SEARCH_OUTPUT
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError, InvalidArgumentError
 from mdmemory.memory import Memory

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.schemas import call_tool
+from mdmemory.agent.dispatch import call_tool
 from mdmemory.config import load_config
 from mdmemory.errors import ConfigError
 from mdmemory.memory import Memory

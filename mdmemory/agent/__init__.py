@@ -15,6 +15,7 @@ from mdmemory.agent.remember import remember
 
 if TYPE_CHECKING:
     from mdmemory.agent.context import SessionKind, session_context
+    from mdmemory.agent.dispatch import call_tool
     from mdmemory.agent.flush import (
         FlushDecision,
         SessionStore,
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
         record_flush,
         reset_session,
     )
-    from mdmemory.agent.schemas import call_tool, tool_definitions
+    from mdmemory.agent.schemas import tool_definitions
 
 _HOMES = {
     "SessionKind": "context",
@@ -34,7 +35,7 @@ _HOMES = {
     "record_compaction": "flush",
     "record_flush": "flush",
     "reset_session": "flush",
-    "call_tool": "schemas",
+    "call_tool": "dispatch",
     "tool_definitions": "schemas",
 }
 

@@ -1,9 +1,8 @@
-"""Tool definitions for agent runtimes and a dispatcher that never raises.
+"""Tool definitions for agent runtimes, and the validation of a call's arguments against them.
 
 ``tool_definitions(format)`` gives memory_search / memory_get / memory_pack (and, for MCP, memory_status) as OpenAI,
-Anthropic or MCP tool objects built from one set of JSON Schemas. ``call_tool(memory, name, arguments)``
-validates the arguments against those schemas and always returns the tool's result shape; anything that
-goes wrong comes back in it as ``error`` so a runtime can hand it to the model as is.
+Anthropic or MCP tool objects built from one set of JSON Schemas; ``validate_arguments`` checks a call's
+arguments against those schemas (mdmemory.agent.dispatch runs the tools).
 """
 
 from __future__ import annotations
@@ -14,11 +13,10 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
-from mdmemory.errors import InvalidArgumentError, MdMemoryError
+from mdmemory.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
-    from mdmemory.agent.context import SessionKind
-    from mdmemory.memory import Memory
+    pass
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
@@ -261,65 +259,6 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
     return out
 
 
-# -- dispatch ------------------------------------------------------------------------------------------
-
-
-def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The result shape of tool ``name`` carrying ``error`` (``{error}`` for an unknown tool)."""
-    if name == "memory_search":
-        return {"results": [], "error": message}
-    if name == "memory_get":
-        path = (arguments or {}).get("path")
-        return {"path": path if isinstance(path, str) else "", "text": "", "error": message}
-    if name == "memory_pack":
-        return {"items": [], "bundleText": "", "error": message}
-    return {"error": message}
-
-
-def call_tool(
-    memory: Memory,
-    name: str,
-    arguments: Mapping[str, Any] | str | None = None,
-    *,
-    session_kind: SessionKind = "main",
-) -> dict[str, Any]:
-    """Run tool ``name`` with ``arguments`` (a dict, a JSON object string as OpenAI sends it, or None).
-
-    Always returns the tool's result shape: memory_search ``{results, provider, model, mode, ...}``,
-    memory_get ``{path, text}``, memory_pack ``{query, budgetTokens, usedTokens, items, bundleText, ...}``,
-    memory_status the status object. Invalid arguments, unknown tools and failures return that shape with
-    an ``error`` saying what to change; no exception escapes. ``session_kind`` is the kind of session the
-    call comes from: ``main`` (private) or ``group``; memory_search cites its results per ``query.citations``.
-    """
-    if not isinstance(name, str) or name not in TOOLS:
-        known = ", ".join(ALL_TOOLS)
-        return {"error": f"unknown tool {name!r}; mdmemory provides {known}"}
-    args, problem = _parse_arguments(arguments)
-    if problem is None:
-        problem = validate_arguments(TOOLS[name]["input"], args)
-    if problem is not None:
-        return error_result(name, f"invalid arguments for {name}: {problem}", args)
-    try:
-        return _RUNNERS[name](memory, args, session_kind)
-    except MdMemoryError as exc:
-        return error_result(name, str(exc), args)
-    except Exception as exc:  # noqa: BLE001 - the contract: errors are results, never exceptions
-        return error_result(name, f"internal error ({type(exc).__name__}): {exc}", args)
-
-
-def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str | None]:
-    if arguments is None:
-        return {}, None
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except ValueError as exc:
-            return {}, f"arguments are not valid JSON ({exc}); send a JSON object"
-    if not isinstance(arguments, Mapping):
-        return {}, f"arguments must be a JSON object, got {type(arguments).__name__}"
-    return dict(arguments), None
-
-
 _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -395,29 +334,3 @@ def check_search_arguments(
 
 def _norm(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
-
-
-def _search(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
-    return memory.search(
-        args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
-    )
-
-
-def _get(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
-    return memory.get(args["path"], from_line=args.get("from"), lines=args.get("lines"))
-
-
-def _pack(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
-    return memory.pack(args["query"], budget_tokens=args.get("budgetTokens", DEFAULT_PACK_BUDGET))
-
-
-def _status(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
-    return memory.status()
-
-
-_RUNNERS: dict[str, Callable[[Memory, dict[str, Any], SessionKind], dict[str, Any]]] = {
-    "memory_search": _search,
-    "memory_get": _get,
-    "memory_pack": _pack,
-    "memory_status": _status,
-}
