@@ -11,12 +11,9 @@ import copy
 import json
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from mdmemory.errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    pass
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
