@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,6 +17,9 @@ from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from tests.pg_server import pg, pg_url  # noqa: F401 - fixtures: a real PostgreSQL for the store tests
+
+if TYPE_CHECKING:
+    from tests.fleet import Fleet
 
 pytest_plugins = ["tests.conftest_gguf", "tests.fake_openai"]
 
@@ -92,6 +95,19 @@ def store_backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Fleet]:
+    """An agent's host (its workspace and ``watch``) and service replicas on the store under test
+    (tests/fleet.py), stopped after the test."""
+    from tests.fleet import Fleet
+
+    f = Fleet(tmp_path, store_backend)
+    try:
+        yield f
+    finally:
+        f.stop()
 
 
 @pytest.fixture

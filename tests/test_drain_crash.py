@@ -10,9 +10,7 @@ import random
 import signal
 import time
 from collections import Counter
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,15 +25,6 @@ pytestmark = pytest.mark.parametrize("store_backend", ["postgres"], indirect=Tru
 ROUNDS = 5
 PER_ROUND = 240
 DAYS = ("2026-11-21", "2026-11-22", "2026-11-23")
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Fleet]:
-    f = Fleet(tmp_path, store_backend)
-    try:
-        yield f
-    finally:
-        f.stop()
 
 
 def entry(r: int, i: int) -> dict[str, Any]:

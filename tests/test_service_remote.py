@@ -11,7 +11,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,6 @@ from tests.service_server import Service, write_config
 
 postgres = pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 DAY = "sessions/2026-11-23.md"
-
-
-@pytest.fixture
-def fleet(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Fleet]:
-    f = Fleet(tmp_path, store_backend)
-    try:
-        yield f
-    finally:
-        f.stop()
 
 
 def cli(svc: Service, *args: str) -> str:
