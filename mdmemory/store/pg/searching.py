@@ -135,16 +135,17 @@ class PgSearching(keyword.RemembersTotals):
         conn = current(self.url)
         if conn is None or conn.read_only is not True or conn.info.transaction_status != pq_status().INTRANS:
             return later
+        args = (self.schema, self.agent_id, self.gen, query, k, self.totals().per_chunk, self.hnsw.ef_search)
         second = spare(self.url, self.max_connections)
         if second is None:
             return later
         try:
             snapshot = str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+            future = _threads().submit(_knn_in_snapshot, self.url, second, snapshot, args)
         except BaseException:
-            give_back(self.url, second)
+            give_back(self.url, second)  # (once submitted, the thread gives it back)
             raise
-        args = (self.schema, self.agent_id, self.gen, query, k, self.totals().per_chunk, self.hnsw.ef_search)
-        return functools.partial(_threads().submit(_knn_in_snapshot, self.url, second, snapshot, args).result)
+        return future.result
 
     @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
