@@ -77,17 +77,8 @@ def ensure_runs(
     if loaded is not None:
         return _ensure_runs_on(model, n_ctx, threads, python or sys.executable, loaded)
     llama_cpp = native.import_llama_cpp()
-    lib = native.library_dir(llama_cpp)
-    shipped = native.variants(lib)
-    try:
-        st = os.stat(model)
-    except OSError as exc:
-        raise ProviderError(f"cannot read model file {model}: {exc.strerror or exc}") from exc
-    key_src = json.dumps(
-        [native.library_fingerprint(llama_cpp), os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx]
-        + [cpu_identity(), sys.version]
-    )
-    entry = cache_dir() / (hashlib.sha256(key_src.encode()).hexdigest()[:32] + ".json")
+    shipped = native.variants(native.library_dir(llama_cpp))
+    entry = _cache_entry(llama_cpp, model, n_ctx)
     cached = _read(entry)
     if cached is not None:
         if cached.get("ok"):
@@ -122,34 +113,19 @@ def ensure_runs(
         _write(entry, {"ok": False, "error": error, "at": time.time()})
         raise ProviderError(error)
     if outcome.get("timeout"):
-        raise ProviderError(
-            f"loading {model.name} in a probe process took over {PROBE_TIMEOUT_SECONDS:.0f} s: "
-            "is the model file on a slow or hung filesystem?"
-        )
+        raise _timed_out(model)
     # The child failed without crashing (a damaged file...): loading in-process raises the same error cleanly.
     return None
 
 
 def _ensure_runs_on(model: Path, n_ctx: int, threads: int, python: str, variant: str) -> str:
     """``ensure_runs`` for a process that already loaded the CPU backend ``variant``."""
-    llama_cpp = native.import_llama_cpp()
-    try:
-        st = os.stat(model)
-    except OSError as exc:
-        raise ProviderError(f"cannot read model file {model}: {exc.strerror or exc}") from exc
-    key_src = json.dumps(
-        [native.library_fingerprint(llama_cpp), os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx]
-        + [cpu_identity(), sys.version, f"on {variant}"]
-    )
-    entry = cache_dir() / (hashlib.sha256(key_src.encode()).hexdigest()[:32] + ".json")
+    entry = _cache_entry(native.import_llama_cpp(), model, n_ctx, f"on {variant}")
     cached = _read(entry)
     if cached is None:
         outcome = _run(python, model, n_ctx, threads, variant)
         if outcome.get("timeout"):
-            raise ProviderError(
-                f"loading {model.name} in a probe process took over {PROBE_TIMEOUT_SECONDS:.0f} s: "
-                "is the model file on a slow or hung filesystem?"
-            )
+            raise _timed_out(model)
         if not outcome["ok"] and not outcome["signal"]:
             return variant  # failed without crashing (a damaged file): loading in-process raises it cleanly
         if outcome["signal"]:
@@ -167,6 +143,27 @@ def _ensure_runs_on(model: Path, n_ctx: int, threads: int, python: str, variant:
     if not cached.get("ok"):
         raise ProviderError(cached["error"])
     return variant
+
+
+def _cache_entry(llama_cpp: Any, model: Path, n_ctx: int, *extra: str) -> Path:
+    """Where a probe's outcome is kept: keyed by the llama.cpp build, the model file, the context size, the
+    CPU and Python (and ``extra``, e.g. the backend the process loaded already)."""
+    try:
+        st = os.stat(model)
+    except OSError as exc:
+        raise ProviderError(f"cannot read model file {model}: {exc.strerror or exc}") from exc
+    key_src = json.dumps(
+        [native.library_fingerprint(llama_cpp), os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx]
+        + [cpu_identity(), sys.version, *extra]
+    )
+    return cache_dir() / (hashlib.sha256(key_src.encode()).hexdigest()[:32] + ".json")
+
+
+def _timed_out(model: Path) -> ProviderError:
+    return ProviderError(
+        f"loading {model.name} in a probe process took over {PROBE_TIMEOUT_SECONDS:.0f} s: "
+        "is the model file on a slow or hung filesystem?"
+    )
 
 
 def _run(python: str, model: Path, n_ctx: int, threads: int, variant: str | None) -> dict[str, Any]:
