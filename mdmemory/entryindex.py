@@ -128,12 +128,7 @@ def sync_entries(indexer: Indexer, wait: float, embed: bool = True) -> SyncRepor
             index_entries(indexer, entries, report, files_here=False)
         if stored is None and report.indexed:
             store.set_meta("identity", indexer.identity())
-    try:
-        if embed:
-            indexer._embed_phase(report)
-    finally:
-        if indexer.embedder is not None:
-            indexer.embedder.forget()
+    indexer.embed_pending(report, embed)
     report.pending = store.pending_count()
     report.seconds = round(time.monotonic() - started, 3)
     return report

@@ -150,17 +150,22 @@ class Indexer:
                 force=force, progress=progress, deadline=deadline, keep_live=keep_live, prune=prune or force
             )
         if not report.rebuilt:  # a rebuild embedded its new generation before the swap
-            try:
-                if embed:
-                    self._embed_phase(report)
-            finally:
-                if self.embedder is not None:
-                    self.embedder.forget()
+            self.embed_pending(report, embed)
             self.store.settle()
             report.pending = self.store.pending_count()
             report.seconds = round(time.monotonic() - started, 3)
             self._record(report)
         return report
+
+    def embed_pending(self, report: SyncReport, embed: bool = True) -> None:
+        """A sync's second phase, outside the writer lock: embed the chunks that wait (unless ``embed`` is
+        False), then let the embedder drop what it kept for this sync."""
+        try:
+            if embed:
+                self._embed_phase(report)
+        finally:
+            if self.embedder is not None:
+                self.embedder.forget()
 
     def _sync_locked(
         self, *, force: bool, progress: Progress | None, deadline: float | None, keep_live: bool, prune: bool = False
