@@ -3,13 +3,13 @@ volume: a retain sent to one is recalled by the other, and a forget through one 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fleet import eventually
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -40,15 +40,6 @@ def texts(svc: Service, question: str) -> str:
     return " ".join(str(m["text"]) for m in reply.body["memories"])
 
 
-def eventually(check: Callable[[], bool], seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return check()
-
-
 @pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 def test_a_retain_on_one_replica_is_recalled_by_the_other_and_a_forget_is_honoured_by_both(
     replicas: tuple[Service, Service, Path],
@@ -58,7 +49,7 @@ def test_a_retain_on_one_replica_is_recalled_by_the_other_and_a_forget_is_honour
     answer = "The walrus cluster backup goes to bucket s3://walrus-nightly at 03:00."
     entry = openai_entry(question, answer, id="hist1_w1")
     assert a.call("POST", "/retain", retain_body("main", entry)).body == {"status": "retained", "id": "hist1_w1"}
-    assert eventually(lambda: "walrus-nightly" in texts(b, question))  # B answers from the shared store
+    assert eventually(lambda: "walrus-nightly" in texts(b, question), 10.0)  # B answers from the shared store
     assert "walrus-nightly" in texts(a, question)
     assert b.call("POST", "/retain", retain_body("main", entry)).body["status"] == "duplicate"  # once in files
 
@@ -72,4 +63,4 @@ def test_a_retain_on_one_replica_is_recalled_by_the_other_and_a_forget_is_honour
 
     other = openai_entry("what colour is the walrus van?", "The walrus van is teal.", id="hist1_w2")
     assert b.call("POST", "/retain", retain_body("main", other)).body["status"] == "retained"
-    assert eventually(lambda: "teal" in texts(a, "what colour is the walrus van?"))
+    assert eventually(lambda: "teal" in texts(a, "what colour is the walrus van?"), 10.0)
