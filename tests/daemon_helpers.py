@@ -57,3 +57,12 @@ class Daemon:
         code = self.proc.wait(timeout=30)
         self._reader.join(5)
         return code
+
+
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie nobody reaped yet does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -26,6 +26,7 @@ from mdmemory.search import search as run_search
 from mdmemory.store import Store, encode_vector
 from mdmemory.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import REPO, write
+from tests.daemon_helpers import alive
 from tests.fake_openai import FakeOpenAIServer, Fault
 from tests.test_daemon import Daemon
 
@@ -56,15 +57,6 @@ def cli(config: Path, *args: str) -> dict[str, Any]:
     )
     assert proc.returncode == 0, proc.stderr
     return dict(json.loads(proc.stdout))
-
-
-def alive(pid: int) -> bool:
-    """A process that runs (a zombie nobody reaped yet does not count)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def workers(config: Path) -> list[int]:

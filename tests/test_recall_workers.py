@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.daemon_helpers import alive
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -38,14 +39,6 @@ def workers_of(pid: int) -> list[int]:
         if ppid == pid and b"mdmemory.service.recall_worker" in cmd:
             found.append(int(entry))
     return sorted(found)
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_for(what, timeout: float = 30.0):  # type: ignore[no-untyped-def]
