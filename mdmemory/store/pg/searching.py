@@ -131,9 +131,11 @@ class PgSearching(keyword.RemembersTotals):
         this thread goes on with the keyword search: the server answers both on two cores. Without a read
         snapshot to share (a writer's block, no ``reading``) or a spare connection at hand, the vector
         search runs when its answer is asked for, on this thread's connection."""
+        from psycopg import pq
+
         later = functools.partial(self.knn, query, k)
         conn = current(self.url)
-        if conn is None or conn.read_only is not True or conn.info.transaction_status != pq_status().INTRANS:
+        if conn is None or conn.read_only is not True or conn.info.transaction_status != pq.TransactionStatus.INTRANS:
             return later
         args = (self.schema, self.agent_id, self.gen, query, k, self.totals().per_chunk, self.hnsw.ef_search)
         second = spare(self.url, self.max_connections)
@@ -167,12 +169,6 @@ def _threads() -> ThreadPoolExecutor:
         if _executor is None:
             _executor = ThreadPoolExecutor(KNN_THREADS, thread_name_prefix="mdmemory-knn")
         return _executor
-
-
-def pq_status() -> Any:
-    from psycopg import pq
-
-    return pq.TransactionStatus
 
 
 def _knn_in_snapshot(url: str, conn: Any, snapshot: str, args: tuple[Any, ...]) -> list[tuple[int, float]]:
