@@ -82,16 +82,24 @@ class SessionStore:
     def read(self) -> dict[str, Any]:
         """The whole file (``{}`` when it does not exist yet). Needs no lock: writes are atomic renames."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}. Fix: check its permissions.") from None
         try:
-            data = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise StoreError(
-                f"{self.path} is not valid JSON ({exc}). Fix: repair it, or delete it to forget the flush state."
+                f"{self.path} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); mdmemory writes it "
+                "as UTF-8 JSON. Fix: re-save it as UTF-8, or delete it to forget the flush state."
+            ) from None
+        try:
+            data = json.loads(text) if text.strip() else {}
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise StoreError(
+                f"{self.path} is not valid JSON ({reason}). Fix: repair it, or delete it to forget the flush state."
             ) from None
         if not isinstance(data, dict):
             raise StoreError(f"{self.path} must hold a JSON object. Fix: delete it to start over.")
