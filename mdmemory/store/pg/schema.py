@@ -16,24 +16,21 @@ apply each one exactly once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from mdmemory.errors import StoreError
+from mdmemory.storeconfig import schema_problem
 
 SCHEMA_VERSION = 5
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def check_schema_name(name: str) -> str:
-    if not _IDENTIFIER.match(name):
-        raise StoreError(
-            f"store.schema {name!r} is not a plain PostgreSQL name: use lower-case letters, digits and _ "
-            "(at most 63, not starting with a digit)",
-            kind="config",
-        )
+    """``name`` when mdmemory may use it as its schema (``storeconfig.schema_problem``), else StoreError."""
+    problem = schema_problem(name)
+    if problem is not None:
+        raise StoreError(f"store.schema: {problem}", kind="config")
     return name
 
 
