@@ -22,7 +22,7 @@ from typing import Any
 from mdmemory.errors import StoreError
 from mdmemory.storeconfig import schema_problem
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -151,12 +151,23 @@ def _m5_postings_carry_lengths(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
+def _m6_workspaces(cur: Any, s: str) -> None:
+    """Which workspace each agent's index belongs to (mdmemory.store.pg.claims): its id, and the host and
+    real path that claimed it. An agent indexed before this has none: its next writer claims it."""
+    cur.execute(
+        f"""CREATE TABLE {s}.workspaces (
+            agent_id text PRIMARY KEY, workspace_id text NOT NULL, host text NOT NULL, path text NOT NULL,
+            claimed_at double precision NOT NULL)"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
     3: _m3_entries,
     4: _m4_bulk_writes,
     5: _m5_postings_carry_lengths,
+    6: _m6_workspaces,
 }
 
 
