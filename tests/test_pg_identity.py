@@ -180,8 +180,10 @@ def test_a_running_process_is_refused_from_the_take_over_on(tmp_path: Path, stor
 
 
 def test_an_id_file_that_is_not_mdmemorys_is_an_error_naming_it(tmp_path: Path, store: dict[str, Any]) -> None:
+    """Writing needs the id: a damaged one is an error naming the file and the fix. Searching on the host
+    and path that claimed the index goes on meanwhile."""
     ws = tmp_path / "ws"
-    write(ws / "MEMORY.md", "# A\n\nnote\n")
+    write(ws / "MEMORY.md", "# A\n\nThe heron nests by the lake.\n")
     outside = tmp_path / "outside"
     outside.mkdir()
     (ws / ID_DIR).symlink_to(outside)
@@ -189,10 +191,18 @@ def test_an_id_file_that_is_not_mdmemorys_is_an_error_naming_it(tmp_path: Path, 
         with pytest.raises(WorkspaceError, match=f"{ws / ID_DIR} is not a folder.*Fix: remove it"):
             mem.sync()
         assert not list(outside.iterdir())  # nothing written through the link
+        assert claims(store) == []
         (ws / ID_DIR).unlink()
-        (ws / ID_DIR).mkdir()
-        (ws / ID_DIR / ID_FILE).write_text("not an id\n")
+        assert mem.sync()["indexed"] == 1  # a new id, and the index claimed for it
+    (ws / ID_DIR / ID_FILE).write_text("not an id\n")
+    write(ws / "MEMORY.md", "# A\n\nThe heron nests by the pond.\n")
+    with memory(tmp_path, "a", store, ws) as mem:
+        found = mem.search("heron nests")
+        assert "lake" in found["results"][0]["snippet"]  # answered from the index, by host and path
+        assert any(f"{ws / ID_DIR / ID_FILE} does not hold a workspace id" in w for w in found["warnings"])
         with pytest.raises(WorkspaceError, match=f"{ws / ID_DIR / ID_FILE} does not hold a workspace id"):
             mem.sync()
-        (ws / ID_DIR / ID_FILE).unlink()
-        assert mem.sync()["indexed"] == 1  # a new id, and the index claimed for it
+    with memory(tmp_path, "b", store, tmp_path / "ws-b") as other:
+        (tmp_path / "ws-b").mkdir()
+        with pytest.raises(StoreError, match="take-over"):  # another path is still another workspace
+            other.search("heron nests")

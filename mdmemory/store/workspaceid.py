@@ -14,7 +14,8 @@ would answer from the other's notes; so the database records which workspace an 
   (``path:`` and a hash of both): create the file once where the volume is writable to share it.
 - A workspace that cannot be read now (unmounted, missing) has no id (``id`` None): it is recognised by
   the host and path the database recorded with the claim, so a search on its host still answers from
-  the last index while it is away.
+  the last index while it is away. So is one whose id file is damaged, for searches (``by_path``);
+  writing needs the id, and the error names the file and the fix.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class WorkspaceIdentity:
 
     def shown(self) -> str:
         return f"{self.path} on host {self.host}"
+
+
+def by_path(workspace: Path) -> WorkspaceIdentity:
+    """``workspace`` by its host and real path alone: what a search has of one whose id cannot be read."""
+    return WorkspaceIdentity(None, socket.gethostname(), os.path.realpath(workspace))
 
 
 def identify(workspace: Path) -> WorkspaceIdentity:

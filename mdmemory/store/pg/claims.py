@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.errors import StoreError
-from mdmemory.store.workspaceid import WorkspaceIdentity, identify
+from mdmemory.errors import StoreError, WorkspaceError
+from mdmemory.store.workspaceid import WorkspaceIdentity, by_path, identify
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,10 +71,15 @@ class Guard:
         return self._identity
 
     def check(self, claim: Claim | None) -> None:
-        """For a search: ``StoreError(kind="conflict")`` when the index is another workspace's."""
-        ours = self.identity() if claim is not None else None
-        if ours is not None:
-            check(claim, ours, self.agent_id, self.schema)
+        """For a search: ``StoreError(kind="conflict")`` when the index is another workspace's (one whose id
+        file is damaged is known by its host and path here: searches answer while it is repaired)."""
+        if claim is None or self.workspace is None:
+            return
+        try:
+            ours = self.identity() or by_path(self.workspace)
+        except WorkspaceError:
+            ours = by_path(self.workspace)
+        check(claim, ours, self.agent_id, self.schema)
 
     def hold(self, conn: Any) -> None:
         """For a writer, under the agent's writer lock: claim the index if nobody has, else check the claim."""
