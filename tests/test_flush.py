@@ -320,6 +320,18 @@ def test_a_file_that_is_not_utf8_json_is_an_error_naming_it_and_left_alone(
     assert run_cli(["context", "--config", cfg]) == 0
 
 
+def test_a_fifo_or_a_folder_in_its_place_is_an_error_not_a_wait(agent: AgentConfig) -> None:
+    path = sessions_path(agent)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(StoreError, match="is not a regular file.*Fix: remove it"):
+        check(agent, THRESHOLD)  # a FIFO nobody writes to: answered at once
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(StoreError, match="is not a regular file|cannot read"):
+        check(agent, THRESHOLD)
+
+
 def test_entries_another_program_wrote_are_printed_as_they_are(
     tmp_path: Path, workspace: Path, agent: AgentConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -82,11 +83,13 @@ class SessionStore:
     def read(self) -> dict[str, Any]:
         """The whole file (``{}`` when it does not exist yet). Needs no lock: writes are atomic renames."""
         try:
-            raw = self.path.read_bytes()
+            raw = _read_regular(self.path)
         except FileNotFoundError:
             return {}
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}. Fix: check its permissions.") from None
+        if raw is None:
+            raise StoreError(f"{self.path} is not a regular file (a FIFO, a device, a folder?). Fix: remove it.")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -144,6 +147,19 @@ class SessionStore:
             Path(tmp).unlink(missing_ok=True)
             raise
         fsync_dir(self.path.parent)
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path``; None when it is not a regular file (a FIFO is never waited on)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 def _check_key(key: str) -> str:
