@@ -93,8 +93,8 @@ def ask(argv: Sequence[str], env: Mapping[str, str]) -> Asked:
     if env.get(ipc.DISABLE_ENV, "").lower() in ("off", "0", "no", "false"):
         return Asked(None)
     scanned = scan(argv)
-    if scanned is None:
-        return Asked(None)
+    if scanned is None or not all(_utf8(arg) for arg in argv):
+        return Asked(None)  # (an argument in another encoding cannot be sent: this process reads it)
     config_arg, agent_arg = scanned
     home = configpath.home_dir(env)
     if not os.path.isdir(ipc.run_dir(home)):
@@ -155,8 +155,12 @@ def _well_formed(reply: Mapping[str, Any]) -> bool:
         return False
     if not (isinstance(out, str) and isinstance(err, str)):
         return False
+    return _utf8(out) and _utf8(err)  # a lone surrogate would fail when printed
+
+
+def _utf8(text: str) -> bool:
     try:
-        out.encode(), err.encode()  # a lone surrogate would fail when printed
+        text.encode()
     except UnicodeEncodeError:
         return False
     return True

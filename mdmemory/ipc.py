@@ -142,7 +142,12 @@ def peer(sock: socket.socket) -> tuple[int | None, int | None]:
 
 # -- frames ------------------------------------------------------------------------------------------------
 def send(sock: socket.socket, message: Mapping[str, Any]) -> None:
-    data = json.dumps(message, ensure_ascii=False).encode()
+    """Send one frame; ProtocolError (nothing sent) when ``message`` holds text that is not UTF-8 (a lone
+    surrogate: a command-line argument or a file name in another encoding)."""
+    try:
+        data = json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"text that is not UTF-8: {exc.reason}") from None
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 

@@ -260,7 +260,10 @@ class IpcServer:
                 ipc.send(conn, {"accepted": seconds})
                 reply = self._run(args, served, time.monotonic() + seconds)
                 conn.settimeout(REPLY_SECONDS)
-                ipc.send(conn, reply)
+                try:
+                    ipc.send(conn, reply)
+                except ipc.ProtocolError as exc:  # output the client could not print either: it runs the command
+                    ipc.send(conn, {"refused": f"the output cannot be sent: {exc}"})
         except (OSError, _Late):
             pass  # the client left (or was killed, or gave up): nothing to answer
         except Exception as exc:  # noqa: BLE001 - no request may stop the daemon; say what happened

@@ -76,6 +76,18 @@ def test_a_stopped_daemon_is_given_up_within_the_connect_time(config: Path, daem
     assert not again["inProcess"] and again["out"] == expected["out"]  # answering again once it runs
 
 
+def test_an_argument_in_another_encoding_is_answered_here(config: Path, daemon: Daemon) -> None:
+    """A byte that is not UTF-8 on the command line cannot go over the socket as JSON text: no traceback,
+    the command runs here, as it would without a daemon."""
+    query = b"gate code \xff".decode("utf-8", "surrogateescape")  # what Python makes of the byte in argv
+    cfg = ["--config", str(config), "--json"]
+    here = run("search", query, *cfg)
+    assert here["inProcess"] and here["code"] == 0 and here["err"] == ""
+    assert here["out"] == run("search", query, *cfg, daemon=False)["out"]
+    assert not run("search", "gate code", *cfg)["inProcess"]
+    assert not [e for e in daemon.log if e.get("event") == "error"]
+
+
 def slow_query_config(tmp_path: Path, server: FakeOpenAIServer, budget_ms: int) -> Path:
     ws = tmp_path / "ws"
     write(ws / "MEMORY.md", "# Memory\n\nThe gate code is 4711.\n")
