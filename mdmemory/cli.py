@@ -96,6 +96,11 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
     p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")
     p.add_argument("--prune", action="store_true", help="drop indexed files whose folder is missing")
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="PostgreSQL: make this workspace the agent's in place of the one that indexed it (implies --force)",
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)  # the detached worker (mdmemory.worker)
     p.set_defaults(func=cmd_index)
 
@@ -161,7 +166,10 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
             bar.update(done - bar.n)
 
     try:
-        report = mem.sync(force=args.force, progress=progress, prune=args.prune)
+        if args.take_over:
+            report = mem.take_over(progress=progress)
+        else:
+            report = mem.sync(force=args.force, progress=progress, prune=args.prune)
     finally:
         if bar is not None:
             bar.close()

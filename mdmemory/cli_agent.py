@@ -162,9 +162,12 @@ def cmd_flush_reset(args: argparse.Namespace, mem: Memory) -> Result:
 
 def _format_entry(r: dict[str, Any]) -> str:
     at = r.get("memoryFlushAt")
-    flushed = "never" if at is None else datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:  # the file may hold what another program wrote there
+        flushed = "never" if at is None else datetime.fromtimestamp(at / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (TypeError, ValueError, OverflowError, OSError):
+        flushed = f"{at!r} (not epoch milliseconds)"
     return f"{r['sessionKey']}: {r.get('compactionCount', 0)} compaction(s), last flush {flushed}" + (
-        f" (in compaction cycle {r['memoryFlushCompactionCount']})" if at is not None else ""
+        f" (in compaction cycle {r.get('memoryFlushCompactionCount')})" if at is not None else ""
     )
 
 

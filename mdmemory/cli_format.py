@@ -30,6 +30,9 @@ def format_index(r: dict[str, Any]) -> str:
         lines.append(
             f"repaired: the corrupt index was moved aside to {r['repaired']['path']} and rebuilt from the files"
         )
+    if r.get("tookOver"):
+        was = r["tookOver"]
+        lines.append(f"took the index over from workspace {display_name(was['path'])} on host {was['host']}")
     lines += [f"warning: {w}" for w in r.get("warnings", [])]
     return "\n".join(lines)
 

@@ -7,6 +7,12 @@ left its socket), a refusal (another config, another agent, arguments it leaves 
 daemon that dies mid-request: the command runs in this process (mdmemory.cli), at once. So does every
 other command, and every command when ``MDMEMORY_DAEMON=off``.
 
+The waits are bounded: connecting and being accepted take at most ``CONNECT_SECONDS`` (a stopped daemon
+or a peer that never answers is given up then), and the reply must come within the search budget the
+daemon declares on accepting (the agent's ``query.embedTimeoutMs`` and its margin, mdmemory.ipc_server).
+A daemon too slow, or a reply that is not a well-formed one (garbage, cut short, wrong types, text that
+cannot be printed), makes the command run here too, after a one-line note on stderr.
+
 Until it knows the daemon answers, this module imports only the standard library and mdmemory.ipc.
 """
 
@@ -14,24 +20,27 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mdmemory import configpath, ipc
 
 COMMANDS = ("search", "get", "pack")
-CONNECT_SECONDS = 1.0  # a live daemon accepts at once; a stale socket refuses at once
-REPLY_SECONDS = 120.0  # a search may catch up with changed files or load the model first
+CONNECT_SECONDS = 1.0  # to connect and be accepted: a live daemon does both at once, a stale socket refuses
+MAX_REPLY_SECONDS = 610.0  # the longest a daemon may say it takes (query.embedTimeoutMs is at most 600 s)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    reply = ask_daemon(args, os.environ)
-    if reply is None:
+    asked = ask(args, os.environ)
+    if asked.reply is None:
+        if asked.note:
+            write(0, "", f"mdmemory: {asked.note}\n")
         from mdmemory.cli import main as run_here
 
         return run_here(args)
-    return write(reply["code"], reply["stdout"], reply["stderr"])
+    return write(asked.reply["code"], asked.reply["stdout"], asked.reply["stderr"])
 
 
 def scan(argv: Sequence[str]) -> tuple[str | None, str | None] | None:
@@ -66,52 +75,103 @@ def scan(argv: Sequence[str]) -> tuple[str | None, str | None] | None:
     return config, agent
 
 
+class Asked(NamedTuple):
+    """What asking the daemon gave: its ``reply`` ``{code, stdout, stderr}``, or None (run the command in
+    this process) with a ``note`` for the user when the daemon failed them (too slow, a malformed reply)."""
+
+    reply: dict[str, Any] | None
+    note: str | None = None
+
+
 def ask_daemon(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, Any] | None:
     """The daemon's reply ``{code, stdout, stderr}``, or None: run the command in this process."""
+    return ask(argv, env).reply
+
+
+def ask(argv: Sequence[str], env: Mapping[str, str]) -> Asked:
+    """Ask the daemon serving this config and agent to run ``argv`` (see the module docstring)."""
     if env.get(ipc.DISABLE_ENV, "").lower() in ("off", "0", "no", "false"):
-        return None
+        return Asked(None)
     scanned = scan(argv)
-    if scanned is None:
-        return None
+    if scanned is None or not all(_utf8(arg) for arg in argv):
+        return Asked(None)  # (an argument in another encoding cannot be sent: this process reads it)
     config_arg, agent_arg = scanned
     home = configpath.home_dir(env)
     if not os.path.isdir(ipc.run_dir(home)):
-        return None  # no daemon ever ran with this home
+        return Asked(None)  # no daemon ever ran with this home
     source, _ = configpath.config_file(config_arg, env, home)
     link = ipc.rendezvous(home, source, agent_arg)
     if not os.path.islink(link):
-        return None  # no daemon serves this config and agent (and the socket module is not even loaded)
+        return Asked(None)  # no daemon serves this config and agent (and the socket module is not even loaded)
     import socket
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid: int | None = None
+    waited = CONNECT_SECONDS
     try:
+        start = time.monotonic()
         sock.settimeout(CONNECT_SECONDS)
         ipc.on_path(sock.connect, link)
-        if not _ours(sock, home):
-            return None  # someone else's socket: never trust its answers
+        pid, uid = ipc.peer(sock)
+        if not _ours(sock, uid, home):
+            return Asked(None)  # someone else's socket: never trust its answers
         fingerprint = ipc.fingerprint(source, env)
         if fingerprint is None:
-            return None
-        sock.settimeout(REPLY_SECONDS)
+            return Asked(None)
         request = {"v": ipc.PROTOCOL, "argv": list(argv), "config": config_arg, "agent": agent_arg}
         ipc.send(sock, {**request, "fingerprint": fingerprint})
-        reply = ipc.receive(sock, ipc.MAX_REPLY_BYTES)
-    except (OSError, ipc.ProtocolError):
-        return None  # nothing listening, killed mid-request, too slow: this process answers
+        reply = ipc.receive(sock, ipc.MAX_REPLY_BYTES, start + CONNECT_SECONDS)
+        if "accepted" in reply:
+            waited = _budget(reply["accepted"])
+            reply = ipc.receive(sock, ipc.MAX_REPLY_BYTES, time.monotonic() + waited)
+    except TimeoutError:  # stopped (SIGSTOP), hung, or a peer that never answers
+        return Asked(None, f"{_daemon(pid)} did not answer within {waited:g} s; answering in this process")
+    except ipc.Closed:
+        return Asked(None)  # killed mid-request, or busy (it closes what it cannot serve): this process answers
+    except ipc.ProtocolError as exc:
+        return Asked(None, f"{_daemon(pid)} sent a malformed reply ({exc}); answering in this process")
+    except OSError:
+        return Asked(None)  # nothing listening (a stale socket): this process answers
     finally:
         sock.close()
-    if not (
-        isinstance(reply.get("code"), int)
-        and isinstance(reply.get("stdout"), str)
-        and isinstance(reply.get("stderr"), str)
-    ):
-        return None  # a refusal
-    return reply
+    if "refused" in reply:
+        return Asked(None)  # another config, another agent, arguments the command line reports itself
+    if not _well_formed(reply):
+        return Asked(None, f"{_daemon(pid)} sent a malformed reply; answering in this process")
+    return Asked(reply)
 
 
-def _ours(sock: Any, home: str) -> bool:
+def _budget(value: object) -> float:
+    """The seconds an accepting daemon says it answers within (its agent's search budget), checked."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_REPLY_SECONDS:
+        raise ipc.ProtocolError(f"an acceptance of {str(value)[:40]!r} seconds")
+    return float(value)
+
+
+def _well_formed(reply: Mapping[str, Any]) -> bool:
+    """A reply the command line can print: an exit code 0-255 and text that encodes as UTF-8."""
+    code, out, err = reply.get("code"), reply.get("stdout"), reply.get("stderr")
+    if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 255:
+        return False
+    if not (isinstance(out, str) and isinstance(err, str)):
+        return False
+    return _utf8(out) and _utf8(err)  # a lone surrogate would fail when printed
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _daemon(pid: int | None) -> str:
+    return "the mdmemory daemon" + (f" (pid {pid})" if pid else "")
+
+
+def _ours(sock: Any, uid: int | None, home: str) -> bool:
     """Whether the daemon runs as this user: its credentials, else (no ``SO_PEERCRED``) a 0700 run folder."""
-    uid = ipc.peer_uid(sock)
     if uid is not None:
         return uid == os.getuid()
     info = os.stat(ipc.run_dir(home))

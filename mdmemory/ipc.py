@@ -15,7 +15,12 @@ as for mdmemory.config.
   and bytes, and the environment variables that change a resolution. The daemon pins the one it loaded;
   a client whose fingerprint differs (the file was edited, another ``MDMEMORY_WORKSPACE``...) is refused
   and runs the command itself, so it never gets an answer for another config.
-- **Frame**: a 4-byte big-endian length, then that many bytes of UTF-8 JSON; one request, one reply.
+- **Frame**: a 4-byte big-endian length, then that many bytes of UTF-8 JSON.
+- **Exchange**: the client sends one request. The daemon answers a request it takes with
+  ``{"accepted": SECONDS}`` at once (before it runs the command) and then the reply within SECONDS; one
+  it refuses gets ``{"refused": REASON}`` as its only frame. So the client waits briefly for a live
+  daemon's acceptance (a stopped daemon or a silent peer gives none) and then no longer than the
+  search budget the daemon declared (mdmemory.entry).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +37,7 @@ from mdmemory.configpath import absolute
 if TYPE_CHECKING:
     import socket
 
-PROTOCOL = 1
+PROTOCOL = 2
 MAX_REQUEST_BYTES = 256 * 1024  # an argv: a query and a few options
 MAX_REPLY_BYTES = 256 * 1024 * 1024  # a `get` of a large file or a big pack, as JSON
 DISABLE_ENV = "MDMEMORY_DAEMON"  # "off": the command line never asks a daemon
@@ -53,6 +59,10 @@ _SUN_PATH_MAX = 107  # sockaddr_un.sun_path, less its NUL
 
 class ProtocolError(Exception):
     """A frame that is too large, truncated or not a JSON object."""
+
+
+class Closed(ProtocolError):
+    """The other end closed the connection before a whole frame came (it died, or refused by closing)."""
 
 
 def fingerprint(source: str | None, env: Mapping[str, str]) -> str | None:
@@ -116,40 +126,60 @@ def on_path(call: Callable[[str], object], path: str) -> None:
 
 def peer_uid(sock: socket.socket) -> int | None:
     """The user id of the process at the other end (Linux ``SO_PEERCRED``; None where there is none)."""
+    return peer(sock)[1]
+
+
+def peer(sock: socket.socket) -> tuple[int | None, int | None]:
+    """``(pid, uid)`` of the process at the other end (Linux ``SO_PEERCRED``; Nones where there is none)."""
     import socket  # loaded by the caller already: here so that importing this module does not load it
 
     if not hasattr(socket, "SO_PEERCRED"):
-        return None
+        return None, None
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+    pid, uid, _ = struct.unpack("3i", creds)
+    return int(pid), int(uid)
 
 
 # -- frames ------------------------------------------------------------------------------------------------
 def send(sock: socket.socket, message: Mapping[str, Any]) -> None:
-    data = json.dumps(message, ensure_ascii=False).encode()
+    """Send one frame; ProtocolError (nothing sent) when ``message`` holds text that is not UTF-8 (a lone
+    surrogate: a command-line argument or a file name in another encoding)."""
+    try:
+        data = json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise ProtocolError(f"text that is not UTF-8: {exc.reason}") from None
     sock.sendall(_HEADER.pack(len(data)) + data)
 
 
-def receive(sock: socket.socket, limit: int) -> dict[str, Any]:
-    """One framed JSON object; ProtocolError when it is over ``limit`` bytes, cut short or not an object."""
-    size = _HEADER.unpack(_read(sock, _HEADER.size))[0]
+def receive(sock: socket.socket, limit: int, deadline: float | None = None) -> dict[str, Any]:
+    """One framed JSON object; ProtocolError when it is over ``limit`` bytes, cut short (``Closed``) or not
+    a JSON object (garbage, too deeply nested, an integer too long to convert...). With a ``deadline``
+    (``time.monotonic()``), TimeoutError when the whole frame has not come by then, however the peer
+    trickles it; without one, the socket's own timeout applies to each read."""
+    size = _HEADER.unpack(_read(sock, _HEADER.size, deadline))[0]
     if size > limit:
         raise ProtocolError(f"a message of {size} bytes is over the limit of {limit}")
+    data = _read(sock, size, deadline)
     try:
-        message = json.loads(_read(sock, size))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"not JSON: {exc}") from None
+        message = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ProtocolError(f"not JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
     if not isinstance(message, dict):
         raise ProtocolError("not a JSON object")
     return message
 
 
-def _read(sock: socket.socket, size: int) -> bytes:
+def _read(sock: socket.socket, size: int, deadline: float | None) -> bytes:
     chunks, left = [], size
     while left:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no whole message in time ({size - left} of {size} bytes came)")
+            sock.settimeout(remaining)
         chunk = sock.recv(min(left, 1 << 20))
         if not chunk:
-            raise ProtocolError(f"the connection closed {left} bytes short")
+            raise Closed(f"the connection closed {left} bytes short")
         chunks.append(chunk)
         left -= len(chunk)
     return b"".join(chunks)

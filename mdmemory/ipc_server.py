@@ -6,6 +6,9 @@ socket and each connection gets a thread of its own (at most ``MAX_CONNECTIONS``
 is closed and that client runs the command itself). A request is the client's argv: it is parsed with the
 command line's own parser and run with ``mdmemory.cli.execute`` on a ``Memory`` the server keeps open for
 the agent, so the reply (stdout, stderr, exit code) is what the command would have printed in-process.
+A request it takes is acknowledged at once with the seconds it will answer within (``reply_seconds``:
+the agent's search budget and a margin); the client gives up after them, so a request still waiting
+for the agent (one request runs per agent at a time) when they are over is dropped, not run.
 
 The server refuses (the client then runs the command itself) a request for another config (its
 fingerprint differs from the one pinned at start), another agent, a command other than ``search``, ``get``
@@ -17,17 +20,19 @@ every thread.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import selectors
 import socket
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mdmemory import cli, configpath, ipc
+from mdmemory import catchup, cli, configpath, ipc
 from mdmemory.config import AgentConfig, Config, load_config
 from mdmemory.errors import ConfigError
 from mdmemory.memory import Memory
@@ -37,8 +42,9 @@ if TYPE_CHECKING:
 
 COMMANDS = ("search", "get", "pack")
 MAX_CONNECTIONS = 8
-REQUEST_SECONDS = 5.0  # a client has this long to send its request
+REQUEST_SECONDS = 5.0  # a client has this long to send its whole request
 REPLY_SECONDS = 30.0  # and to take the reply
+MARGIN_SECONDS = 1.0  # beyond the search budget and the text catch-up: the query, the pack, the reply
 ACCEPT_POLL_SECONDS = 0.2  # how often the accept loop looks at the stop flag
 Emit = Callable[[dict[str, Any]], None]
 SharedChoice = Callable[[str], "ProviderChoice | None"]
@@ -46,6 +52,17 @@ SharedChoice = Callable[[str], "ProviderChoice | None"]
 
 class _Refused(Exception):
     """The request is not one this server answers; the reason goes back to the client."""
+
+
+class _Late(Exception):
+    """The request waited for its agent past the time the client was promised: the client has left."""
+
+
+def reply_seconds(agent: AgentConfig) -> float:
+    """How long a command may take here: the search budget (``query.embedTimeoutMs``), the text a search
+    catches up on first (``catchup.SEARCH_BUDGET_SECONDS``) and a margin. The client waits no longer."""
+    budget = agent.memory_search.query.embed_timeout_ms / 1000
+    return budget + catchup.SEARCH_BUDGET_SECONDS + MARGIN_SECONDS
 
 
 def load_pinned(path: str | None, env: Mapping[str, str] | None = None) -> tuple[Config, str | None]:
@@ -234,14 +251,21 @@ class IpcServer:
                 if ipc.peer_uid(conn) not in (None, os.getuid()):  # None: no SO_PEERCRED; the 0600 socket guards
                     return
                 try:
-                    request = ipc.receive(conn, ipc.MAX_REQUEST_BYTES)
-                    reply = self._answer(request, served)
+                    request = ipc.receive(conn, ipc.MAX_REQUEST_BYTES, time.monotonic() + REQUEST_SECONDS)
+                    args = self._accept(request, served)
                 except (ipc.ProtocolError, _Refused) as exc:
-                    reply = {"refused": str(exc)}
+                    ipc.send(conn, {"refused": str(exc)})
+                    return
+                seconds = reply_seconds(served.agent)
+                ipc.send(conn, {"accepted": seconds})
+                reply = self._run(args, served, time.monotonic() + seconds)
                 conn.settimeout(REPLY_SECONDS)
-                ipc.send(conn, reply)
-        except OSError:
-            pass  # the client left (or was killed): nothing to answer
+                try:
+                    ipc.send(conn, reply)
+                except ipc.ProtocolError as exc:  # output the client could not print either: it runs the command
+                    ipc.send(conn, {"refused": f"the output cannot be sent: {exc}"})
+        except (OSError, _Late):
+            pass  # the client left (or was killed, or gave up): nothing to answer
         except Exception as exc:  # noqa: BLE001 - no request may stop the daemon; say what happened
             self.emit({"event": "error", "agent": served.agent.id, "error": f"command-line socket: {exc!r}"})
         finally:
@@ -250,7 +274,8 @@ class IpcServer:
                 self._threads.discard(threading.current_thread())
 
     # -- answers -------------------------------------------------------------------------------------------
-    def _answer(self, request: dict[str, Any], served: _Served) -> dict[str, Any]:
+    def _accept(self, request: dict[str, Any], served: _Served) -> argparse.Namespace:
+        """The parsed command of a request this server answers for ``served``; _Refused says why not."""
         if request.get("v") != ipc.PROTOCOL:
             raise _Refused(f"protocol version {request.get('v')!r}; this daemon speaks {ipc.PROTOCOL}")
         if request.get("fingerprint") != self.fingerprint:
@@ -274,7 +299,11 @@ class IpcServer:
             raise _Refused(str(exc)) from None
         if agent_id != served.agent.id:
             raise _Refused(f"this socket serves agent {served.agent.id!r}, not {agent_id!r}")
-        code, out, err = cli.execute(args, lambda: self._memory(served))
+        return args
+
+    def _run(self, args: argparse.Namespace, served: _Served, deadline: float) -> dict[str, Any]:
+        """Run the command on the agent's memory, unless it is still waiting for it at ``deadline``."""
+        code, out, err = cli.execute(args, lambda: self._memory(served, deadline))
         return {"code": code, "stdout": out, "stderr": err}
 
     def _report_other_config(self, served: _Served, fingerprint: str) -> None:
@@ -290,9 +319,12 @@ class IpcServer:
         self.emit({"event": "refused", "agent": served.agent.id, "reason": reason})
 
     @contextlib.contextmanager
-    def _memory(self, served: _Served) -> Iterator[Memory]:
-        """The agent's ``Memory``, one request at a time, on the provider the daemon already has loaded."""
-        with served.lock:
+    def _memory(self, served: _Served, deadline: float) -> Iterator[Memory]:
+        """The agent's ``Memory``, one request at a time, on the provider the daemon already has loaded;
+        _Late when the request would only get it after ``deadline``."""
+        if not served.lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise _Late
+        try:
             mem = served.memory
             if mem is None:
                 mem = served.memory = Memory(served.agent, self.config)
@@ -304,6 +336,8 @@ class IpcServer:
                 yield mem
             finally:
                 served.owns_choice = mem._choice is not None and mem._choice is not shared
+        finally:
+            served.lock.release()
 
     def _drop_own_choice(self, served: _Served) -> None:
         mem = served.memory

@@ -143,6 +143,13 @@ class Memory(IndexSync):
             report["warnings"] = [self.choice.hint]
         return report
 
+    def take_over(self, progress: Progress | None = None) -> dict[str, Any]:
+        """Make this host's workspace the one the agent's index belongs to (PostgreSQL refuses any other:
+        mdmemory.store.pg.claims), then rebuild the index from its files (``sync(force=True)``). The report's
+        ``tookOver`` is the workspace that had it (None: none, or this one already)."""
+        replaced = self.store.claim_workspace()
+        return {**self.sync(force=True, progress=progress), "tookOver": replaced}
+
     def _disabled(self) -> str:
         return (
             f"memory search is disabled for agent {self.agent.id!r} (memorySearch.enabled is false): "

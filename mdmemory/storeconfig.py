@@ -27,6 +27,18 @@ StoreBackend = Literal["sqlite", "postgres"]
 
 _SCHEMES = ("postgresql://", "postgres://")
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+# PostgreSQL's keywords that cannot name a schema unquoted (pg_get_keywords(), catcode R and T; checked
+# against the server in tests/test_storeconfig.py): `CREATE SCHEMA select` is a syntax error.
+RESERVED_WORDS = frozenset(
+    """all analyse analyze and any array as asc asymmetric authorization binary both case cast check collate
+    collation column concurrently constraint create cross current_catalog current_date current_role
+    current_schema current_time current_timestamp current_user default deferrable desc distinct do else end
+    except false fetch for foreign freeze from full grant group having ilike in initially inner intersect into
+    is isnull join lateral leading left like limit localtime localtimestamp natural not notnull null offset on
+    only or order outer overlaps placing primary references returning right select session_user similar some
+    symmetric system_user table tablesample then to trailing true union unique user using variadic verbose when
+    where window with""".split()
+)
 _PASSWORD = re.compile(r"(?P<head>://[^/?#@:]*:)[^/?#@]*(?P<at>@)")
 _PASSWORD_PARAM = re.compile(r"(?i)(?P<head>[?&]password=)[^&#]*")
 
@@ -68,12 +80,9 @@ def resolve_store(store: StoreConfig, key: str, env: Mapping[str, str], source: 
     def bad(name: str, message: str) -> ConfigError:
         return ConfigError(f"{key}.{name}: {message}", key=f"{key}.{name}", source=source)
 
-    if not _SCHEMA_NAME.match(store.schema):
-        raise bad(
-            "schema",
-            f"expected a plain PostgreSQL name, got {store.schema!r}. Fix: use lower-case letters, digits and _ "
-            f'(at most 63, not starting with a digit), or remove it to use the default ("{DEFAULT_SCHEMA}").',
-        )
+    problem = schema_problem(store.schema)
+    if problem is not None:
+        raise bad("schema", problem)
     url = store.url or env.get(URL_ENV) or None
     if store.backend != "postgres":  # the URL is kept for `mdmemory store migrate --to postgres`
         return replace(store, url=url)
@@ -87,6 +96,35 @@ def resolve_store(store: StoreConfig, key: str, env: Mapping[str, str], source: 
     if problem is not None:
         raise bad("url", problem)
     return replace(store, url=url)
+
+
+def schema_problem(name: str) -> str | None:
+    """What is wrong with ``name`` as ``store.schema``, with the fix (None: a name mdmemory may use).
+
+    mdmemory writes its SQL with the schema name unquoted and makes generic tables in it (``files``,
+    ``chunks``, ``meta``, ``entries``, ``migrations``...), so the name must be a plain identifier that is no
+    keyword, and a schema of mdmemory's own: not a system schema (``pg_*``, ``information_schema``), nor
+    ``public``, every database's default schema, where applications keep their tables (a ``migrations`` or
+    ``files`` table of theirs would be read and written as mdmemory's)."""
+    fix = f'or remove the key to use the default ("{DEFAULT_SCHEMA}")'
+    if not _SCHEMA_NAME.match(name):
+        return (
+            f"expected a plain PostgreSQL name, got {name!r}. Fix: use lower-case letters, digits and _ "
+            f"(at most 63, not starting with a digit), {fix}."
+        )
+    if name in RESERVED_WORDS:
+        return (
+            f"{name!r} is a reserved word in PostgreSQL's SQL. Fix: choose another name, such as {name}_memory, {fix}."
+        )
+    if name.startswith("pg_") or name == "information_schema":
+        return f"{name!r} is a PostgreSQL system schema name. Fix: choose a schema of mdmemory's own, {fix}."
+    if name == "public":
+        return (
+            "'public' is every database's default schema, shared with other applications' tables; mdmemory "
+            "makes generic tables (files, chunks, meta, migrations...) in its schema. Fix: choose a schema of "
+            f"mdmemory's own, {fix}."
+        )
+    return None
 
 
 def url_problem(url: str, origin: str) -> str | None:

@@ -20,11 +20,11 @@ def state_path(agent: AgentConfig) -> Path:
 def read_watch_state(agent: AgentConfig) -> dict[str, Any]:
     """The daemon's view of this agent, checked against reality: a dead pid or old heartbeat is not running."""
     try:
-        state = json.loads(state_path(agent).read_text())
-    except (OSError, ValueError):
-        return {"running": False}
-    alive = _pid_alive(int(state.get("pid", 0)))
-    fresh = time.time() - float(state.get("heartbeat", 0)) < STALE_HEARTBEAT_SECONDS
+        state = json.loads(state_path(agent).read_bytes())
+        alive = _pid_alive(int(state.get("pid", 0)))
+        fresh = time.time() - float(state.get("heartbeat", 0)) < STALE_HEARTBEAT_SECONDS
+    except (OSError, ValueError, RecursionError, TypeError, AttributeError, OverflowError):
+        return {"running": False}  # missing, or not what a daemon writes (torn, edited): none is known to run
     if not (alive and fresh):
         return {"running": False, "lastPid": state.get("pid"), "lastHeartbeat": state.get("heartbeat")}
     return {"running": True, **{k: v for k, v in state.items() if k != "heartbeat"}}

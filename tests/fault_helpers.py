@@ -40,10 +40,27 @@ def write_config(path: Path, workspace: Path, store: Path, **memory_search: Any)
     return path
 
 
-def cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """``python -m mdmemory ARGS --config CONFIG`` in a subprocess; never a traceback, whatever the exit code."""
+# What lets root ignore file permissions; dropped (capsh), root obeys a folder's mode bits like anyone.
+_DAC_CAPS = "cap_dac_override,cap_dac_read_search,cap_fowner,cap_linux_immutable"
+
+
+def unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` run so that file permissions apply to it: as is for a user, without root's capabilities
+    to override them for root (skips the test when ``capsh`` is missing)."""
+    if os.geteuid() != 0:
+        return cmd
+    capsh = shutil.which("capsh")
+    if capsh is None:
+        pytest.skip("running as root without capsh: permissions cannot be made to apply")
+    return [capsh, f"--drop={_DAC_CAPS}", "--", "-c", 'exec "$0" "$@"', *cmd]
+
+
+def cli(config: Path, *args: str, timeout: float = 120, permissions: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m mdmemory ARGS --config CONFIG`` in a subprocess; never a traceback, whatever the exit code.
+    With ``permissions``, file permissions apply to it even as root (``unprivileged``)."""
+    cmd = [sys.executable, "-m", "mdmemory", *args, "--config", str(config)]
     done = subprocess.run(
-        [sys.executable, "-m", "mdmemory", *args, "--config", str(config)],
+        unprivileged(cmd) if permissions else cmd,
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -54,8 +71,8 @@ def cli(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedP
     return done
 
 
-def cli_json(config: Path, *args: str) -> tuple[int, dict[str, Any]]:
-    done = cli(config, *args, "--json")
+def cli_json(config: Path, *args: str, permissions: bool = False) -> tuple[int, dict[str, Any]]:
+    done = cli(config, *args, "--json", permissions=permissions)
     return done.returncode, json.loads(done.stdout)
 
 

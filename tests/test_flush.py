@@ -291,6 +291,60 @@ def test_corrupt_file_is_reported_with_a_fix(agent: AgentConfig) -> None:
     assert path.read_text() == "{ not json"  # never overwritten
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (b'{"agent:main:main": {"label": "caf\xe9", "compactionCount": 2}}', "is not UTF-8 (byte 0xe9 at offset 34)"),
+        (b"\xff\xfe{\x00}\x00", "is not UTF-8 (byte 0xff at offset 0)"),  # UTF-16
+        (b"[" * 100_000 + b"]" * 100_000, "is not valid JSON (nested too deeply)"),
+    ],
+)
+def test_a_file_that_is_not_utf8_json_is_an_error_naming_it_and_left_alone(
+    tmp_path: Path, workspace: Path, agent: AgentConfig, content: bytes, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sessions_path(agent)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match="Fix: re-save it as UTF-8|Fix: repair it") as failed:
+        check(agent, THRESHOLD)
+    assert str(failed.value).startswith(f"{path} {said}")
+    with pytest.raises(StoreError):
+        record_compaction(agent, KEY)
+    assert path.read_bytes() == content  # never rewritten
+    cfg = str(write_config(tmp_path / "c.json5", workspace))
+    capsys.readouterr()
+    assert run_cli(["flush", "done", KEY, "--config", cfg]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"mdmemory: error: {path} ") and "Traceback" not in err
+    assert run_cli(["status", "--config", cfg, "--json"]) == 0  # everything else works as before
+    assert run_cli(["context", "--config", cfg]) == 0
+
+
+def test_a_fifo_or_a_folder_in_its_place_is_an_error_not_a_wait(agent: AgentConfig) -> None:
+    path = sessions_path(agent)
+    path.parent.mkdir(parents=True)
+    os.mkfifo(path)
+    with pytest.raises(StoreError, match="is not a regular file.*Fix: remove it"):
+        check(agent, THRESHOLD)  # a FIFO nobody writes to: answered at once
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(StoreError, match="is not a regular file|cannot read"):
+        check(agent, THRESHOLD)
+
+
+def test_entries_another_program_wrote_are_printed_as_they_are(
+    tmp_path: Path, workspace: Path, agent: AgentConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = sessions_path(agent)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({KEY: {"memoryFlushAt": "yesterday"}, "b": {"memoryFlushAt": 10**30}}))
+    cfg = str(write_config(tmp_path / "c.json5", workspace))
+    assert run_cli(["flush", "compacted", KEY, "--config", cfg]) == 0
+    assert "last flush 'yesterday' (not epoch milliseconds) (in compaction cycle None)" in capsys.readouterr().out
+    assert run_cli(["flush", "compacted", "b", "--config", cfg]) == 0
+    assert "(not epoch milliseconds)" in capsys.readouterr().out
+
+
 def _hammer(agent: AgentConfig, own_key: str, rounds: int, start: Any) -> None:
     start.wait()
     for _ in range(rounds):

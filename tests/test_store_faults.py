@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from tests.fault_helpers import (
     fill_disk,
     remount,
     small_tmpfs,
+    unprivileged,
     unwritable,
     write_config,
     write_notes,
@@ -321,6 +323,39 @@ def test_read_only_mount_still_answers_searches(tmp_path: Path, workspace: Path)
             remount(disk, "rw")
         assert cli(config, "index").returncode == 0
         assert first_path(config, "osprey") == "memory/late.md"
+
+
+def test_a_0555_index_folder_answers_searches_from_the_index_and_says_it_is_stale(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """The folder is read-only, the index file in it still writable (mode 0644): SQLite cannot make the
+    ``-shm`` file it needs even to read a WAL-mode database, so the index is read as it is."""
+    store = tmp_path / "state" / "main.sqlite"
+    config = write_config(tmp_path / "cfg.json5", workspace, store)
+    tags = write_notes(workspace, "heron", 4)
+    assert cli(config, "index").returncode == 0
+    write(workspace / "memory" / "late.md", "a late note about the osprey")
+    store.parent.chmod(0o555)
+    try:
+        probe = subprocess.run(unprivileged(["touch", str(store.parent / "probe")]), capture_output=True)
+        assert probe.returncode != 0, "the folder is writable to the command: the test would prove nothing"
+        code, out = cli_json(config, "search", tags[1], "--max-results", "1", permissions=True)
+        assert code == 0 and out["results"][0]["path"].endswith("heron-01.md") and out["stale"] is True
+        assert [w.split(": the index")[0] for w in out["warnings"]] == [
+            "changed files could not be indexed; results may be stale"
+        ]
+        assert "is not writable" in out["warnings"][0] and str(store.parent) in out["warnings"][0]
+        code, out = cli_json(config, "pack", tags[2], "--budget-tokens", "200", permissions=True)
+        assert code == 0 and out["items"] and any("could not be indexed" in w for w in out["warnings"])
+        failed = cli(config, "index", permissions=True)
+        assert failed.returncode == 1 and f"the folder {store.parent} is not writable" in failed.stderr
+        code, status = cli_json(config, "status", permissions=True)
+        assert code == 0 and status["storeState"]["state"] == "read-only" and status["files"] == len(tags)
+        assert not (store.parent / "main.sqlite-shm").exists()
+    finally:
+        store.parent.chmod(0o755)
+    assert cli(config, "index").returncode == 0  # writable again: the late note is indexed
+    assert first_path(config, "osprey") == "memory/late.md"
 
 
 def test_read_only_index_at_an_old_schema_says_it_needs_writing(tmp_path: Path, workspace: Path) -> None:

@@ -69,3 +69,57 @@ def test_bad_store_settings_name_the_key_and_the_fix_and_hide_the_password(
     message = str(failed.value)
     assert failed.value.key == key and f"{key}:" in message and "Fix:" in message and fix in message, message
     assert SECRET not in message
+
+
+@pytest.mark.parametrize(
+    ("schema", "why"),
+    [
+        ("select", "reserved word"),
+        ("user", "reserved word"),
+        ("current_user", "reserved word"),
+        ("table", "reserved word"),
+        ("authorization", "reserved word"),  # reserved, though it may name a function
+        ("information_schema", "system schema"),
+        ("pg_catalog", "system schema"),
+        ("pg_temp", "system schema"),
+        ("pg_mdmemory", "system schema"),  # PostgreSQL refuses every pg_ name
+        ("public", "every database's default schema"),
+        ("Team-A", "lower-case letters"),
+        ("9lives", "not starting with a digit"),
+        ("a" * 64, "at most 63"),
+        ("x; DROP SCHEMA y", "plain PostgreSQL name"),
+    ],
+)
+def test_schema_names_that_are_not_mdmemorys_own_plain_names_are_refused(tmp_path: Path, schema: str, why: str) -> None:
+    with pytest.raises(ConfigError) as failed:
+        load_config(config(tmp_path, {"backend": "postgres", "url": "postgresql://db/mem", "schema": schema}))
+    message = str(failed.value)
+    key = "agents.defaults.memorySearch.store.schema"
+    assert failed.value.key == key and f"{key}:" in message and why in message, message
+    assert "Fix: " in message and '"mdmemory"' in message, message
+
+
+@pytest.mark.parametrize("schema", ["mdmemory", "team_a", "_memory", "users", "int", "between", "a" * 63])
+def test_plain_names_are_accepted(tmp_path: Path, schema: str) -> None:
+    agent = load_config(config(tmp_path, {"schema": schema})).agent()
+    assert agent.memory_search.store.schema == schema
+
+
+def test_the_reserved_words_are_postgresqls(pg_url: str) -> None:
+    """The list the configuration checks is exactly the server's keywords that cannot name a schema; the
+    other keywords can (mdmemory's own migrations run in a schema named by one: ``between``)."""
+    import psycopg
+
+    from mdmemory.store.pg.schema import SCHEMA_VERSION, migrate
+    from mdmemory.storeconfig import RESERVED_WORDS
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        rows = conn.execute("SELECT word, catcode FROM pg_get_keywords()").fetchall()
+        assert {w for w, code in rows if code in ("R", "T")} == RESERVED_WORDS
+        for word in sorted(RESERVED_WORDS)[:5]:
+            with pytest.raises(psycopg.errors.SyntaxError):
+                conn.execute(f"CREATE SCHEMA {word}")
+        try:
+            assert migrate(conn, "between") == SCHEMA_VERSION
+        finally:
+            conn.execute("DROP SCHEMA IF EXISTS between CASCADE")

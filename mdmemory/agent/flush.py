@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -82,16 +83,26 @@ class SessionStore:
     def read(self) -> dict[str, Any]:
         """The whole file (``{}`` when it does not exist yet). Needs no lock: writes are atomic renames."""
         try:
-            text = self.path.read_text(encoding="utf-8")
+            raw = _read_regular(self.path)
         except FileNotFoundError:
             return {}
         except OSError as exc:
             raise StoreError(f"cannot read {self.path}: {exc.strerror}. Fix: check its permissions.") from None
+        if raw is None:
+            raise StoreError(f"{self.path} is not a regular file (a FIFO, a device, a folder?). Fix: remove it.")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise StoreError(
+                f"{self.path} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start}); mdmemory writes it "
+                "as UTF-8 JSON. Fix: re-save it as UTF-8, or delete it to forget the flush state."
+            ) from None
         try:
             data = json.loads(text) if text.strip() else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
             raise StoreError(
-                f"{self.path} is not valid JSON ({exc}). Fix: repair it, or delete it to forget the flush state."
+                f"{self.path} is not valid JSON ({reason}). Fix: repair it, or delete it to forget the flush state."
             ) from None
         if not isinstance(data, dict):
             raise StoreError(f"{self.path} must hold a JSON object. Fix: delete it to start over.")
@@ -136,6 +147,19 @@ class SessionStore:
             Path(tmp).unlink(missing_ok=True)
             raise
         fsync_dir(self.path.parent)
+
+
+def _read_regular(path: Path) -> bytes | None:
+    """The bytes of ``path``; None when it is not a regular file (a FIFO is never waited on)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            return fh.read()
+    finally:
+        os.close(fd)
 
 
 def _check_key(key: str) -> str:

@@ -141,6 +141,12 @@ class IndexStore(SearchStore, Protocol):
 
     def ensure_writable(self) -> None: ...
 
+    def claim_workspace(self) -> dict[str, Any] | None:
+        """Make the agent's workspace on this host the one its index belongs to, in place of another
+        (PostgreSQL: one index, many hosts; SQLite: nothing to do, the file is this host's). Returns the
+        claim it replaced (None: none, or this workspace's already)."""
+        ...
+
     def reading(self) -> contextlib.AbstractContextManager[Any]:
         """A block of calls that share what they need (PostgreSQL: one connection borrowed from the
         process's pool for them all, instead of one per call; SQLite: nothing)."""

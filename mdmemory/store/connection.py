@@ -33,8 +33,9 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlean.Connection:
 
     Writes go through ``transaction(conn)``, which opens ``BEGIN IMMEDIATE`` so a writer never
     deadlocks on upgrade and readers keep reading the last committed state. A read-only connection to an
-    index in a folder nobody can write (no ``-shm`` file can be made) reads the file as immutable, which is
-    exact when no write-ahead log is left beside it. Failures raise ``StoreError`` naming the fix.
+    index in a folder it cannot write (no ``-shm`` file can be made: a read-only mount, a 0555 folder)
+    reads the file as immutable, which is exact when no write-ahead log is left beside it. Failures raise
+    ``StoreError`` naming the fix.
     """
     path = Path(path)
     try:
@@ -44,7 +45,9 @@ def connect(path: Path | str, *, readonly: bool = False) -> sqlean.Connection:
         try:
             return _configure(_open(f"file:{quote(str(path))}?mode=ro", uri=True), path, readonly=True)
         except sqlean.OperationalError as exc:
-            if fault_kind(exc) != "cantopen" or not path.exists() or _has_wal(path):
+            # no -shm can be made beside it: "unable to open" or (a WAL-mode file) "attempt to write a
+            # readonly database" (SQLITE_READONLY_CANTINIT), though nothing is written
+            if fault_kind(exc) not in ("cantopen", "read-only") or not path.exists() or _has_wal(path):
                 raise
         return _configure(_open(f"file:{quote(str(path))}?mode=ro&immutable=1", uri=True), path, readonly=True)
     except StoreError:

@@ -110,6 +110,10 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
             raise store_fault(exc, self.path) from exc
         return conn
 
+    def claim_workspace(self) -> dict[str, Any] | None:
+        """Nothing to claim: the index file is this host's workspace's alone (see ``IndexStore``)."""
+        return None
+
     def ensure_writable(self) -> None:
         """Raise ``StoreError`` (kind ``read-only`` or ``full``) when this store cannot be written now.
 

@@ -27,7 +27,12 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
         with contextlib.suppress(OSError):  # this host's state files of the agent go there (a read-only
             agent.store_path.parent.mkdir(parents=True, exist_ok=True)  # folder: status computes them instead)
         return PgStore(
-            _url(agent), agent.id, settings.schema, max_connections=settings.max_connections, hnsw=settings.hnsw
+            _url(agent),
+            agent.id,
+            settings.schema,
+            max_connections=settings.max_connections,
+            hnsw=settings.hnsw,
+            workspace=agent.workspace if agent.files_here else None,  # the one workspace the index is for
         )
     from mdmemory.store.index import Store
 

@@ -16,24 +16,21 @@ apply each one exactly once.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
 from mdmemory.errors import StoreError
+from mdmemory.storeconfig import schema_problem
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 def check_schema_name(name: str) -> str:
-    if not _IDENTIFIER.match(name):
-        raise StoreError(
-            f"store.schema {name!r} is not a plain PostgreSQL name: use lower-case letters, digits and _ "
-            "(at most 63, not starting with a digit)",
-            kind="config",
-        )
+    """``name`` when mdmemory may use it as its schema (``storeconfig.schema_problem``), else StoreError."""
+    problem = schema_problem(name)
+    if problem is not None:
+        raise StoreError(f"store.schema: {problem}", kind="config")
     return name
 
 
@@ -154,12 +151,23 @@ def _m5_postings_carry_lengths(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
+def _m6_workspaces(cur: Any, s: str) -> None:
+    """Which workspace each agent's index belongs to (mdmemory.store.pg.claims): its id, and the host and
+    real path that claimed it. An agent indexed before this has none: its next writer claims it."""
+    cur.execute(
+        f"""CREATE TABLE {s}.workspaces (
+            agent_id text PRIMARY KEY, workspace_id text NOT NULL, host text NOT NULL, path text NOT NULL,
+            claimed_at double precision NOT NULL)"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
     3: _m3_entries,
     4: _m4_bulk_writes,
     5: _m5_postings_carry_lengths,
+    6: _m6_workspaces,
 }
 
 

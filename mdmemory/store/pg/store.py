@@ -9,6 +9,8 @@
 - **One writer per agent,** across hosts: a session-level advisory lock keyed by the agent id, held by
   ``writer()``; a second writer gets ``LockError`` at once (or after ``wait`` seconds), as with SQLite.
 - **Each file's rows are replaced in one transaction** (chunks, keyword postings, vectors, the file row).
+- **One workspace per agent**: opened with the agent's ``workspace``, the store claims the index for it at
+  its first write and refuses writes and searches from any other workspace (mdmemory.store.pg.claims).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import LockError, StoreError
-from mdmemory.store.pg import keyword, rows
+from mdmemory.store.pg import claims, keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmemory.store.pg.entries import PgEntryLog
@@ -32,6 +34,8 @@ from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from mdmemory.store.api import IndexStore
 
 LOCK_POLL_SECONDS = 0.05
@@ -46,7 +50,8 @@ def _lock_key(agent_id: str, purpose: str = "writer") -> int:
 
 class PgStore(PgIndexing, PgSearching):
     """The index of ``agent_id`` in schema ``schema`` of the database at ``url``; ``generation`` opens a
-    generation being built instead of the live one (a rebuild's writer)."""
+    generation being built instead of the live one (a rebuild's writer). With a ``workspace`` (the agent's
+    files are on this host), only that workspace may write or search the index (see ``claims``)."""
 
     write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
     inode: int | None = None  # not a file
@@ -60,12 +65,14 @@ class PgStore(PgIndexing, PgSearching):
         generation: int | None = None,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         hnsw: HnswConfig = vector_sql.DEFAULT_HNSW,
+        workspace: Path | None = None,
     ) -> None:
         self.url = url
         self.max_connections = max_connections
         self.hnsw = hnsw
         self.agent_id = agent_id
         self.schema = check_schema_name(schema)
+        self.claims = claims.Guard(workspace, agent_id, self.schema)
         self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
         with self.session() as conn:
             ensure_migrated(conn, url, self.schema)
@@ -137,16 +144,27 @@ class PgStore(PgIndexing, PgSearching):
         trip; see ``keyword.RemembersTotals``); True when the live generation changed."""
         if self._building:
             return False
+        s = self.schema
         columns = ", ".join(f"t.{c}" for c in keyword.TOTALS_COLUMNS.split(", "))
         row = self.conn.execute(
-            f"SELECT g.gen, {columns} FROM {self.schema}.generations g LEFT JOIN {self.schema}.token_totals t "
-            "ON t.agent_id = g.agent_id AND t.gen = g.gen WHERE g.agent_id = %s AND g.state = 'live'",
+            f"SELECT g.gen, {columns}, {claims.COLUMNS} FROM {s}.generations g LEFT JOIN {s}.token_totals t "
+            f"ON t.agent_id = g.agent_id AND t.gen = g.gen LEFT JOIN {s}.workspaces w ON w.agent_id = g.agent_id "
+            "WHERE g.agent_id = %s AND g.state = 'live'",
             (self.agent_id,),
         ).fetchone()
+        if row is not None:  # (no live generation yet: nothing to read)
+            self.claims.check(claims.Claim.from_row(row[-4:]))
         live = int(row[0]) if row else self._live_generation()
         changed, self.gen = live != self.gen, live
-        self._totals = keyword.Totals(live, *(int(x or 0) for x in row[1:])) if row else None
+        self._totals = keyword.Totals(live, *(int(x or 0) for x in row[1:-4])) if row else None
         return changed
+
+    @borrows
+    def claim_workspace(self) -> dict[str, Any] | None:
+        """Make this store's workspace the one the agent's index belongs to, whatever workspace had it
+        (``mdmemory index --take-over``, which then rebuilds the index from it); the claim it replaced."""
+        with self.writer(wait=60.0, claiming=False):
+            return self.claims.take(self.conn)
 
     # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
@@ -284,10 +302,11 @@ class PgStore(PgIndexing, PgSearching):
 
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
-    def writer(self, wait: float = 0.0) -> Iterator[None]:
+    def writer(self, wait: float = 0.0, *, claiming: bool = True) -> Iterator[None]:
         """Hold the agent's writer lock (every host, every process) for the block, on a connection borrowed
         for the block: everything the block does on this thread goes through it, and it goes back to the
-        pool when the block ends."""
+        pool when the block ends. With a workspace, the index is claimed for it or refused (``claims.hold``)
+        first, unless ``claiming`` is False (a take-over)."""
         key = _lock_key(self.agent_id)
         deadline = time.monotonic() + wait
         with self.session():
@@ -296,6 +315,8 @@ class PgStore(PgIndexing, PgSearching):
                     raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
                 time.sleep(LOCK_POLL_SECONDS)
             try:
+                if claiming:
+                    self.claims.hold(self.conn)
                 yield
             finally:
                 unlock(self.url, key)
