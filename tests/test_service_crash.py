@@ -60,7 +60,7 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
         svc.call("GET", "/agents/main/status")  # opens the log: repairs a torn tail, if any
         found: list[str] = []
         for path in sorted((ws / "sessions").glob("*.md")):
-            got, torn = blocks.blocks(path.read_text())
+            got, torn = blocks.blocks(path.read_bytes())
             assert torn is None
             found += [b.entry_id for b in got]
         assert len(found) == len(set(found))  # nothing twice
