@@ -109,23 +109,27 @@ def test_a_hard_linked_day_file_is_never_appended_to(tmp_path: Path, outside: Pa
 
 
 # -- the service: never a 202 for what is not in the workspace ----------------------------------------------------
-def test_the_service_answers_503_naming_the_symlink_and_status_shows_it(tmp_path: Path, outside: Path) -> None:
+@pytest.mark.parametrize("dangling", [False, True])
+def test_the_service_answers_503_naming_the_symlink_and_status_shows_it(
+    tmp_path: Path, outside: Path, dangling: bool
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "sessions").symlink_to(outside)
+    target = outside / "not-yet" if dangling else outside  # a folder that does not exist (yet) must not be made
+    (ws / "sessions").symlink_to(target)
     before = snapshot(outside)
     svc = Service(write_config(tmp_path / "config.json", {"main": ws}), tmp_path / "home", "tok-1", tmp_path / "log")
     svc.start()
     try:
         body = retain_body("main", openai_entry("the vault code is 4512", "noted", id="hist1_vault"))
         reply = svc.call("POST", "/retain", body)
-        assert reply.status == 503 and f"{ws}/sessions is a symlink to {outside}" in reply.body["error"], reply.body
+        assert reply.status == 503 and f"{ws}/sessions is a symlink to {target}" in reply.body["error"], reply.body
         assert "4512" not in reply.body["error"]
         status = svc.call("GET", "/agents/main/status").body
         assert f"{ws}/sessions is a symlink" in status["sessions"]["error"]
         assert f"{ws}/sessions is a symlink" in status["sessions"]["lastError"]["error"]
         assert svc.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_vault"]}).status == 503
-        assert snapshot(outside) == before
+        assert snapshot(outside) == before and os.path.exists(target) is not dangling
         (ws / "sessions").unlink()  # fixed: a real folder
         assert svc.call("POST", "/retain", body).status == 202
         status = svc.call("GET", "/agents/main/status").body["sessions"]
