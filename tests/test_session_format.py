@@ -106,6 +106,33 @@ def test_no_message_can_start_or_end_a_block_whatever_a_reader_takes_for_a_line(
     assert "\r" not in text  # no line ending but LF is ever written
 
 
+LINES = [
+    *(f"## 10:00:00 · m · {i}" for i in IDS),
+    *(f"<!-- /{i} -->" for i in IDS),
+    "",
+    "**User:** hi",
+    "# Sessions 2026-11-23",
+    "## 10:0",
+    "text\r",
+    "lone\rcr",
+]
+
+
+@given(st.lists(st.one_of(st.sampled_from(LINES), st.text(max_size=6)), max_size=30), st.sampled_from(["\n", "\r\n"]))
+def test_any_file_a_repair_cuts_only_after_the_last_whole_block(lines: list[str], end: str) -> None:
+    data = end.join(lines).encode("utf-8", "surrogatepass")
+    found, torn = blocks.blocks(data)
+    assert all(a.end <= b.start for a, b in zip(found, found[1:], strict=False))
+    if torn is not None:
+        assert torn >= (found[-1].end if found else 0)
+    for eid in {b.entry_id for b in found}:
+        left, gone = blocks.remove(data, {eid})
+        expected = data
+        for b in reversed([b for b in found if b.entry_id == eid]):
+            expected = expected[: b.start] + expected[b.end :]
+        assert gone == [eid] * len(gone) and gone and left == expected  # those bytes, nothing else
+
+
 # -- crash points: real files through SessionLog ---------------------------------------------------------------------
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(turns, min_size=1, max_size=4), st.floats(0, 1, exclude_max=True), st.booleans())
