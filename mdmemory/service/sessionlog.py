@@ -129,6 +129,7 @@ class SessionLog:
     def _load(self, folder: Folder) -> None:
         if self._seen is not None and self._signature(folder) == self._seen:
             return
+        self._seen = None  # until this load has ended: one that fails is done again by the next operation
         self._tombstoned = {t["entry_id"] for t in self._read_tombstones(folder)}
         self._ids = {}
         for name in self._files(folder):
