@@ -240,7 +240,7 @@ def retain_load(server: Server, ws: Path, seconds: float) -> dict[str, Any]:
     wall = run_clients(client)
     found: set[str] = set()
     for path in (ws / "sessions").glob("*.md"):
-        got, _ = blocks.blocks(path.read_text())
+        got, _ = blocks.blocks(path.read_bytes())
         found.update(b.entry_id for b in got)
     return {
         "entries": len(acked),

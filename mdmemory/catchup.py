@@ -50,10 +50,11 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
         return True, [f"{identity_change(stored, mem.indexer.identity())}: {start(mem, 'rebuild')}"]
     notes: list[str] = []
     report: dict[str, Any] = {}
-    try:
-        mem.indexer.refresh_transcripts()  # a transcript past its deltas gets its copy now, indexed below
+    try:  # a transcript past its deltas gets its copy now, indexed below
+        failed = mem.indexer.refresh_transcripts().errors
     except OSError as exc:
-        notes.append(f"OpenClaw transcripts could not be copied; session results may be stale: {exc}")
+        failed = [{"path": "sessions/transcripts/", "error": str(exc)}]
+    notes += [f"OpenClaw transcripts could not be copied; session results may be stale: {e['error']}" for e in failed]
     changed = mem.indexer.changed_files()
     if changed:
         small = len(changed) <= SMALL_CHANGE_FILES and sum(n for _, _, n in changed) <= SMALL_CHANGE_BYTES

@@ -15,8 +15,10 @@ heading has no overlap and an overlap stops at its section's heading. A single l
 texts are consecutive, non-overlapping slices of the line, so ``"".join(texts) == line`` (a slice that is
 only whitespace is dropped, like any whitespace-only chunk).
 
-Lines are counted the way an editor counts them: ``\\r\\n`` and lone ``\\r`` become ``\\n``, and the
-text of a normal chunk is exactly ``"\\n".join(lines[start_line - 1 : end_line])``.
+Lines are ``mdmemory.fileread.split_lines`` of the text, the one definition ``memory_get`` and the session
+files share: only ``\\n`` ends a line (a ``\\r`` before it is dropped, a lone ``\\r`` stays inside its line and
+never ends a Markdown block either), and the text of a normal chunk is exactly
+``"\\n".join(lines[start_line - 1 : end_line])``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from mdmemory.fileread import split_lines
 from mdmemory.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
@@ -102,7 +105,7 @@ def chunk_markdown(
     if not text.strip():
         return []
     overlap = min(overlap, tokens // 2)
-    doc = _analyse(text.replace("\r\n", "\n").replace("\r", "\n").split("\n"), count_tokens)
+    doc = _analyse(split_lines(text), count_tokens)
     chunks: list[Chunk] = []
     prev: tuple[int, int] | None = None  # first and last line of the previous line-range chunk
     fresh, n = 0, len(doc.lines)
@@ -145,6 +148,7 @@ def _analyse(lines: list[str], count: TokenCounter) -> _Doc:
         if front < n:
             rank[front] = max(rank[front], _BLOCK)
     source = "\n" * front + "\n".join(lines[front:])  # blank out front matter, keep line numbers
+    source = source.replace("\r", " ")  # markdown-it takes a lone CR for a line break: keep its numbering ours
     heading_ends: list[int] = []
     heading_starts: list[int] = []
     heading_paths: list[str] = []

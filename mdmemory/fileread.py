@@ -1,11 +1,17 @@
 """Reading memory files safely: only regular files with one link, never through a symlink, never a FIFO,
 a device or a socket (``open_regular``: ``lstat`` first, then ``O_NOFOLLOW | O_NONBLOCK`` and ``fstat`` on
 the open fd), decoded as UTF-8 with invalid sequences counted, whole or capped at whole lines.
+
+What a line is, for every reader (the chunker's line ranges, ``memory_get``, the pack, the session files'
+blocks): ``split_lines``. Only ``\n`` ends a line; a ``\r`` just before it belongs to the line ending (CRLF
+files read like LF files), and any other ``\r`` (a lone CR), VT, FF, NEL, U+2028 or U+2029 is a character
+inside its line, as ``wc -l``, ``grep -n`` and ``sed -n`` count them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -30,26 +36,35 @@ def special_kind(st: os.stat_result) -> str | None:
     return "not a regular file"
 
 
-def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644, *, shown: str | None = None) -> int:
+def open_regular(
+    path: Path | str,
+    flags: int = os.O_RDONLY,
+    mode: int = 0o644,
+    *,
+    shown: str | None = None,
+    dir_fd: int | None = None,
+) -> int:
     """Open a memory file that is a regular file with one link; return the fd (blocking mode).
 
     Never follows a final symlink and never opens a FIFO, a device or a socket: an ``lstat`` refuses them
     before the open, and ``O_NOFOLLOW | O_NONBLOCK`` then an ``fstat`` of the open fd close the race of a
     file swapped in between (a FIFO opened non-blocking does not wait for a writer). With ``O_CREAT`` in
     ``flags`` a missing file is created. Raises ``SpecialFileError`` (an ``OSError``) for a special file or a
-    hard link, ``OSError`` otherwise.
+    hard link, ``OSError`` otherwise. ``dir_fd``: ``path`` is relative to that folder (``openat``).
     """
     name = shown or os.fspath(path)
     try:
-        kind = special_kind(os.lstat(path))
+        kind = special_kind(os.stat(path, dir_fd=dir_fd, follow_symlinks=False))
     except FileNotFoundError:
         if not flags & os.O_CREAT:
             raise
         kind = None
+    if kind == "a symlink":
+        kind = f"a symlink to {os.readlink(path, dir_fd=dir_fd)}"
     if kind is not None:
         raise _special(name, kind)
     extra = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags | extra, mode)
+    fd = os.open(path, flags | extra, mode, dir_fd=dir_fd)
     try:
         kind = special_kind(os.fstat(fd))
         if kind is not None:
@@ -66,6 +81,23 @@ def _special(name: str, kind: str) -> SpecialFileError:
     return SpecialFileError(
         f"{name} is {kind}, not a regular file{why}: mdmemory never opens it. Fix: replace it with a regular file."
     )
+
+
+# Everything that ends a line for some reader (str.splitlines, CommonMark, Unicode): what writers normalise.
+LINE_BREAKS = re.compile("\r\n|[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def normalise_line_endings(text: str) -> str:
+    """``text`` with every line ending any reader might see (CRLF, lone CR, VT, FF, FS/GS/RS, NEL, U+2028,
+    U+2029) made ``\\n``: text a writer puts in a memory file then has the same lines for every reader."""
+    return LINE_BREAKS.sub("\n", text)
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a memory file's ``text`` (1-based line n is item n - 1), each without its line ending.
+
+    ``"\\n".join(split_lines(t))`` is ``t`` with its CRLF line endings made LF."""
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
 def _decode(raw: bytes) -> tuple[str, int]:

@@ -172,11 +172,14 @@ class Indexer:
     ) -> SyncReport:
         self.store.tidy()
         self.store.refresh()
-        self.refresh_transcripts()
+        copies = self.refresh_transcripts()
         if self.store.get_meta("identity") is not None and (force or not self.identity_matches()):
             roots.guard(self.workspace.missing_roots(), self.store.files(), prune=prune, rebuild=True)
-            return self._rebuild(progress, keep_live)
-        return self._update(progress, prune, deadline)
+            report = self._rebuild(progress, keep_live)
+        else:
+            report = self._update(progress, prune, deadline)
+        report.errors.extend(copies.errors)
+        return report
 
     def _embed_phase(self, report: SyncReport) -> None:
         """Phase 2 on the live index. If another process holds the embedding lock, it embeds these chunks
@@ -336,11 +339,11 @@ class Indexer:
         report.chunks += len(rows)
 
     # -- staleness ---------------------------------------------------------------------------------
-    def refresh_transcripts(self) -> list[str]:
+    def refresh_transcripts(self) -> transcripts.Refreshed:
         """Update the Markdown copies of OpenClaw transcripts (memorySearch.sessions.transcriptsDir), see
-        mdmemory.transcripts; the copies written (workspace-relative)."""
+        mdmemory.transcripts; the copies written (workspace-relative) and those that could not be."""
         if self.workspace.transcripts is None:
-            return []
+            return transcripts.Refreshed()
         return transcripts.refresh(self.workspace.root, self.workspace.transcripts)
 
     def changed_files(self) -> list[tuple[str, str, int]]:

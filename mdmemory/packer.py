@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.agent.schemas import PACK_INPUT, PACK_KINDS, validate_arguments
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
-from mdmemory.fileread import read_text
+from mdmemory.fileread import read_text, split_lines
 from mdmemory.pack import LinesOf, Window, build_pack
 from mdmemory.packitems import kind_of
 from mdmemory.providers.base import EmbeddingProvider
@@ -266,7 +266,7 @@ def _read_lines(workspace: Workspace, path: str) -> list[str] | None:
         text, _, _ = read_text(target_path)
     except (WorkspaceError, OSError):
         return None
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = split_lines(text)
     with _SPANS_LOCK:
         _FILES[key] = (_identity(st), str(target_path), lines)
         while len(_FILES) > _FILES_MAX:

@@ -32,23 +32,25 @@ def day_path(day: str) -> str:
 
 def entry_ids(text: str) -> set[str]:
     """The ids of the whole retained blocks in ``text``."""
-    return {b.entry_id for b in blocks.blocks(text)[0]}
+    return {b.entry_id for b in blocks.blocks(text.encode("utf-8", "surrogateescape"))[0]}
 
 
 def view(text: str, day: str | None, pending: Sequence[PendingEntry], forgotten: Collection[str]) -> str:
-    """``text`` (a session file's) without the blocks of ``forgotten`` ids and without a torn last block (a
-    crash mid-append: the entry is pending still), then with the blocks of ``pending`` entries of ``day`` it
-    does not hold, in order. ``day`` None (not a day file): only the removals."""
-    found, torn = blocks.blocks(text)
-    if torn is not None:
-        text = text[:torn]  # as SessionLog cuts it when it next loads the folder
+    """``text`` (a session file's) without the blocks of ``forgotten`` ids and, for a day file, without a torn
+    last block (a crash mid-append: the entry is pending still), then with the blocks of ``pending`` entries of
+    ``day`` it does not hold, in order. ``day`` None (not a day file): only the removals. Blocks are found in
+    the bytes, as ``SessionLog`` finds them (mdmemory.service.blocks)."""
+    data = text.encode("utf-8", "surrogateescape")
+    found, torn = blocks.blocks(data)
+    if torn is not None and day is not None:
+        data = data[:torn]  # as SessionLog cuts it when it next loads the folder
     gone = {b.entry_id for b in found} & set(forgotten)
     if gone:
-        text, _ = blocks.remove(text, gone)
+        data, _ = blocks.remove(data, gone)
     have = {b.entry_id for b in found} - gone
     for entry in pending:
         if day is None or entry.day != day or entry.entry_id in have or entry.entry_id in forgotten:
             continue
-        text = blocks.appended(text, day, entry.block)
+        data = blocks.appended(data, day, entry.block)
         have.add(entry.entry_id)
-    return text
+    return data.decode("utf-8", "surrogateescape")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.config import CitationsMode, MemorySearchConfig
 from mdmemory.errors import SpecialFileError, WorkspaceError
-from mdmemory.fileread import read_capped
+from mdmemory.fileread import read_capped, split_lines
 from mdmemory.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -75,7 +75,9 @@ def get_file(
     A memory file that does not exist yet returns empty text, not an error. Only regular files with one
     link are opened (a FIFO, a device, a socket or a hard link is refused without being opened), and at
     most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
-    line with ``truncated: true`` and a ``note`` saying so.
+    line with ``truncated: true`` and a ``note`` saying so. A slice (``from_line``/``lines``) counts lines as
+    search cites them (mdmemory.fileread.split_lines: only ``\\n`` ends a line) and returns them without
+    their line endings, joined by ``\\n``.
     """
     shown = path if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
@@ -97,7 +99,7 @@ def get_file(
         return {"path": rel, "text": "", "error": f"cannot read {rel}: {reason}"}
     out: dict[str, Any] = {"path": rel, "text": text}
     if from_line is not None or lines is not None:
-        all_lines = text.split("\n")
+        all_lines = split_lines(text)  # the lines search cites (mdmemory.chunker): only "\n" ends one
         start = (from_line or 1) - 1
         end = len(all_lines) if lines is None else start + lines
         out["text"] = "\n".join(all_lines[start:end])

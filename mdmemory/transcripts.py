@@ -16,7 +16,9 @@ A copy is written when its transcript is first seen, and after that only once th
 each copy got is kept in ``sessions/transcripts/.state.json`` (a cache: without it, every copy is rebuilt);
 a transcript whose size has not changed since the last look is not read. Called by the indexer before each
 sync (under its writer lock) and when a search checks for changed files. Two processes refreshing at once
-write the same bytes, each by an atomic rename.
+write the same bytes, each by an atomic rename. Copies are written inside the workspace only, never through
+a symlink (mdmemory.filewrite): a ``sessions/`` or ``sessions/transcripts/`` that is one is refused, and the
+refusal is one of the sync's errors (``status`` shows them).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mdmemory.errors import WorkspaceError
+from mdmemory.fileread import normalise_line_endings
+from mdmemory.filewrite import Folder
 from mdmemory.redaction import redact
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -87,56 +92,79 @@ def render(session_id: str, found: list[Message]) -> str:
     blocks = [f"# OpenClaw session {session_id}\n"]
     for m in found:
         when = f" · {m.timestamp}" if m.timestamp else ""
-        body = redact(m.text).replace("\r\n", "\n")
+        body = normalise_line_endings(redact(m.text))  # the same lines for every reader
         # a line that looks like a heading inside a message would split it in the chunker: indent it
         body = re.sub(r"(?m)^(#{1,6}\s)", r" \1", body)
         blocks.append(f"### {m.role}{when}\n\n{body}\n")
     return "\n".join(blocks)
 
 
-def refresh(workspace_root: Path, folder: Path) -> list[str]:
-    """Bring the copies of the transcripts in ``folder`` up to date (see the module docstring); returns the
-    workspace-relative paths written. A missing folder or unreadable transcript is left for the next call."""
+@dataclass(frozen=True)
+class Refreshed:
+    """What ``refresh`` did: the copies written (workspace-relative) and what it could not write, as a sync
+    report's errors (``{path, error}``)."""
+
+    written: list[str] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+
+
+def refresh(workspace_root: Path, folder: Path) -> Refreshed:
+    """Bring the copies of the transcripts in ``folder`` up to date (see the module docstring). A missing folder
+    or unreadable transcript is left for the next call; a copy that cannot be written is reported, and a
+    ``sessions/`` or ``sessions/transcripts/`` that is a symlink is refused (``mdmemory.filewrite``: nothing is
+    written outside the workspace or through a symlink)."""
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
-        return []
-    copies = workspace_root / COPY_DIR
-    state_path = copies / STATE_FILE
-    state = _load_state(state_path)
-    written: list[str] = []
+        return Refreshed()
+    entries = [e for e in entries if e.name.endswith(".jsonl") and not e.is_symlink() and e.is_file()]
+    if not entries:
+        return Refreshed()
+    try:
+        copies = Folder(workspace_root, COPY_DIR.split("/"), create=True)
+    except FileNotFoundError:
+        return Refreshed()  # no workspace (an unmounted volume): status says so; nothing is made in its place
+    except (WorkspaceError, OSError) as exc:
+        return Refreshed([], [{"path": f"{COPY_DIR}/", "error": f"transcript copies not written: {exc}"}])
+    with copies:
+        return _refresh(copies, entries)
+
+
+def _refresh(copies: Folder, entries: list[os.DirEntry[str]]) -> Refreshed:
+    state = _load_state(copies)
+    out = Refreshed()
     dirty = False
     for entry in entries:
-        if not entry.name.endswith(".jsonl") or entry.is_symlink() or not entry.is_file(follow_symlinks=False):
-            continue
         session_id = _UNSAFE.sub("_", entry.name.removesuffix(".jsonl"))
         seen = state.get(entry.name, {})
-        copy = copies / f"{session_id}.md"
+        name = f"{session_id}.md"
+        exists = copies.lstat(name) is not None
         try:
             size = entry.stat(follow_symlinks=False).st_size
-            if size == seen.get("size") and copy.exists():
+            if size == seen.get("size") and exists:
                 continue  # unchanged since it was last looked at: no read
             raw = _complete_lines(Path(entry.path))
         except OSError:
             continue
         done_bytes, done_messages = int(seen.get("bytes", -1)), int(seen.get("messages", 0))
         found = messages(raw)
-        first = done_bytes < 0 or not copy.exists()
+        first = done_bytes < 0 or not exists
         grown = len(raw) - done_bytes >= DELTA_BYTES or len(found) - done_messages >= DELTA_MESSAGES
         dirty = True
         if first or grown or len(raw) < done_bytes:
             try:
-                _write_atomic(copy, render(session_id, found))
-            except OSError:
-                continue  # a full disk or a read-only workspace: the next sync tries again
+                copies.replace(name, render(session_id, found).encode("utf-8"))
+            except (WorkspaceError, OSError) as exc:  # a full disk, a symlink in its place: the next sync again
+                out.errors.append({"path": f"{COPY_DIR}/{name}", "error": f"copy not written: {exc}"})
+                continue
             state[entry.name] = {"bytes": len(raw), "messages": len(found), "size": size}
-            written.append(f"{COPY_DIR}/{session_id}.md")
+            out.written.append(f"{COPY_DIR}/{name}")
         else:  # below the deltas: remember the size seen, so the next call does not read it again
             state[entry.name] = {**seen, "size": size}
     if dirty:
-        with contextlib.suppress(OSError):
-            _write_atomic(state_path, json.dumps(state, indent=1, sort_keys=True) + "\n")
-    return written
+        with contextlib.suppress(WorkspaceError, OSError):
+            copies.replace(STATE_FILE, (json.dumps(state, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+    return out
 
 
 def _complete_lines(path: Path) -> bytes:
@@ -149,26 +177,9 @@ def _complete_lines(path: Path) -> bytes:
     return raw[: raw.rfind(b"\n") + 1]
 
 
-def _load_state(path: Path) -> dict[str, dict[str, int]]:
+def _load_state(copies: Folder) -> dict[str, dict[str, int]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(copies.read(STATE_FILE) or b"{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile  # here: every Memory imports this module, few write a transcript copy
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix + ".part")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

@@ -94,14 +94,14 @@ class Fleet:
         """Whole blocks per entry id in the live index's session files (each file's text from its chunks)."""
         with PgStore(self.store["url"], "main", self.store["schema"]) as store:
             texts = [file_text(store.chunks_of(p)) for p in store.files() if p.startswith("sessions/")]
-        return Counter(b.entry_id for t in texts for b in blocks.blocks(t)[0])
+        return Counter(b.entry_id for t in texts for b in blocks.blocks(t.encode())[0])
 
     def in_files(self) -> tuple[Counter[str], list[str]]:
         """Whole blocks per entry id in the agent's session files, and the files that end in a torn block."""
         found: Counter[str] = Counter()
         torn = []
         for path in sorted((self.workspace / "sessions").glob("*.md")):
-            whole, cut = blocks.blocks(path.read_text())
+            whole, cut = blocks.blocks(path.read_bytes())
             found.update(b.entry_id for b in whole)
             if cut is not None:
                 torn.append(path.name)

@@ -11,13 +11,14 @@ from collections import defaultdict
 import pytest
 
 from mdmemory.chunker import Chunk, chunk_markdown
+from mdmemory.fileread import split_lines
 from mdmemory.tokens import TokenCounter, estimate_tokens
 
 WORDS = "memory agent sqlite vector search index chunk embed provider watcher hybrid keyword".split()
 
 
 def editor_lines(text: str) -> list[str]:
-    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return split_lines(text)
 
 
 def sha(text: str) -> str:
@@ -174,14 +175,21 @@ def test_join_invariant_on_mixed_document(tokens: int, overlap: int) -> None:
     check_chunks(MIXED, chunks, tokens=tokens, overlap=overlap)
 
 
-def test_crlf_and_lone_cr_count_lines_like_an_editor() -> None:
+def test_crlf_reads_like_lf_and_only_lf_ends_a_line() -> None:
     lf = chunk_markdown(MIXED, "MEMORY.md", tokens=40, overlap=10)
     crlf_text = MIXED.replace("\n", "\r\n")
     crlf = chunk_markdown(crlf_text, "MEMORY.md", tokens=40, overlap=10)
     assert crlf == lf
     check_chunks(crlf_text, crlf, tokens=40, overlap=10)
     assert all("\r" not in c.text for c in crlf)
-    assert [(c.start_line, c.end_line, c.text) for c in chunk_markdown("a\rb\r\nc", "a.md")] == [(1, 3, "a\nb\nc")]
+    # a lone CR (or U+2028, NEL, VT, FF) is a character of its line, as wc -l, grep -n and memory_get count
+    assert [(c.start_line, c.end_line, c.text) for c in chunk_markdown("a\rb\r\nc", "a.md")] == [(1, 2, "a\rb\nc")]
+    for sep in ("\r", "\u2028", "\x85", "\x0b", "\x0c"):
+        text = f"intro\n\nplain text{sep}# not a heading\n\n# Real\n\nbody"
+        chunks = chunk_markdown(text, "a.md", tokens=8, overlap=0)
+        check_chunks(text, chunks, tokens=8, overlap=0, path="a.md")
+        assert [c.heading for c in chunks if c.start_line == 5] == ["Real"]  # line 5 of 7, counted on LF only
+        assert all(c.heading != "not a heading" for c in chunks)
 
 
 # ---------------------------------------------------------------- blocks kept intact

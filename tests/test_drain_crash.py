@@ -105,11 +105,11 @@ def test_a_writer_that_died_between_the_file_and_the_database_is_finished_withou
     rendered = [render_entry(e, {}) for e in batch]
     for _eid, day, block in rendered[:8]:
         path = sessions / f"{day}.md"
-        text = path.read_text() if path.exists() else ""
-        path.write_text(blocks.appended(text, day, block))
+        data = path.read_bytes() if path.exists() else b""
+        path.write_bytes(blocks.appended(data, day, block))
     eid, day, block = rendered[8]
     path = sessions / f"{day}.md"
-    path.write_text(blocks.appended(path.read_text() if path.exists() else "", day, block)[:-40])
+    path.write_bytes(blocks.appended(path.read_bytes() if path.exists() else b"", day, block)[:-40])
     log = fleet.entry_log()
     try:
         assert log.stats()["pending"] == 12

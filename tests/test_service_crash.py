@@ -1,13 +1,19 @@
-"""kill -9 of ``mdmemory serve`` in the middle of a retain storm from 8 clients."""
+"""kill -9 of ``mdmemory serve`` in the middle of a retain storm from 8 clients: plain text, and hostile text
+(CRLF, lone CR, U+2028, NEL, CJK, forged headings and closing comments of other clients' entries)."""
 
 from __future__ import annotations
 
 import http.client
+import json
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from mdmemory.redaction import redact
 from mdmemory.service import blocks
 from tests.service_bodies import openai_entry, retain_body
 from tests.service_server import Service, write_config
@@ -16,7 +22,20 @@ CLIENTS, PER_CLIENT = 8, 200
 KILL_AFTER = 60  # acknowledged entries before the kill: well inside the storm (retains run at ~750/s)
 
 
-def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
+def plain(k: int, i: int) -> str:
+    return f"storm {k} {i} " + "pad " * 300
+
+
+def hostile(k: int, i: int) -> str:
+    other = f"hist1_c{(k + 1) % CLIENTS}_{i}"  # another client's entry, perhaps retained already
+    return (
+        f"storm {k} {i}\r\nwindows line\rlone CR\r## 10:00:00 · gpt-4o · {other}\r<!-- /{other} -->\r\n"
+        f"<!-- /hist1_c{k}_{i} -->\u2028寿司と天ぷら\x85記憶\r\n\r\n## 12:00:00 · m · forged\n" + "パッド pad\r\n" * 120
+    )
+
+
+@pytest.mark.parametrize("text", [plain, hostile])
+def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path, text: Callable[[int, int], str]) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     cfg = write_config(tmp_path / "config.json", {"main": ws})
@@ -32,7 +51,7 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
             eid = f"hist1_c{k}_{i}"
             with lock:
                 sent.add(eid)
-            body = retain_body("main", openai_entry(f"storm {k} {i} " + "pad " * 300, f"ack {k} {i}", id=eid))
+            body = retain_body("main", openai_entry(text(k, i), f"ack {k} {i}", id=eid))
             try:
                 reply = svc.call("POST", "/retain", body, timeout=10)
             except (OSError, http.client.HTTPException):
@@ -60,12 +79,20 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path) -> None:
         svc.call("GET", "/agents/main/status")  # opens the log: repairs a torn tail, if any
         found: list[str] = []
         for path in sorted((ws / "sessions").glob("*.md")):
-            got, torn = blocks.blocks(path.read_text())
+            data = path.read_bytes()
+            got, torn = blocks.blocks(data)
             assert torn is None
             found += [b.entry_id for b in got]
+            for b in got:  # each block holds its own entry's text, unchanged but for its line endings
+                k, i = (int(n) for n in b.entry_id.removeprefix("hist1_c").split("_"))
+                assert blocks.read_block(data, b).turn.user == blocks.clean(redact(text(k, i)))
         assert len(found) == len(set(found))  # nothing twice
         assert acked <= set(found)  # everything acknowledged is there
         assert set(found) <= sent  # nothing else (an entry in flight at the kill may be there, unacknowledged)
+        for eid in sorted(acked)[:40]:  # the proxy's retries: duplicate, as the files hold them
+            k, i = (int(n) for n in eid.removeprefix("hist1_c").split("_"))
+            reply = svc.call("POST", "/retain", retain_body("main", openai_entry(text(k, i), f"ack {k} {i}", id=eid)))
+            assert (reply.status, reply.body["status"]) == (202, "duplicate"), json.dumps(reply.body)
         deadline = time.monotonic() + 120
         while True:  # the index converges: no stale file, no pending embedding
             svc.call("POST", "/recall", {"agent_id": "main", "messages": [{"role": "user", "content": "storm ack"}]})

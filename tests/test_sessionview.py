@@ -54,7 +54,7 @@ def test_view(text: str, day: str | None, entries: list[PendingEntry], forgotten
 
 def test_view_appends_what_a_retain_appends_to_the_file() -> None:
     on_disk = HEADER + A  # what SessionLog leaves after appending A, then B (joiner: one blank line)
-    assert view(on_disk, DAY, [pending("hist1_b")], []) == on_disk + blocks.joiner(on_disk) + B
+    assert view(on_disk, DAY, [pending("hist1_b")], []) == on_disk + blocks.joiner(on_disk.encode()).decode() + B
     assert entry_ids(view(on_disk, DAY, [pending("hist1_b")], [])) == {"hist1_a", "hist1_b"}
 
 
@@ -120,8 +120,8 @@ def test_which_agents_a_replica_does_not_hold(
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("", ""), ("x\n\n", ""), ("x\n", "\n"), ("x", "\n\n")],
+    [("", ""), ("x\n\n", ""), ("x\n", "\n"), ("x", "\n\n"), ("x\r\n\r\n", ""), ("x\r\n", "\n"), ("x\r", "\n\n")],
 )
 def test_joiner(text: str, expected: str) -> None:
-    assert blocks.joiner(text) == expected
-    assert blocks.appended(text, DAY, A) == (text + expected + A if text else HEADER + A)
+    assert blocks.joiner(text.encode()) == expected.encode()
+    assert blocks.appended(text.encode(), DAY, A).decode() == (text + expected + A if text else HEADER + A)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 import tempfile
 import time
@@ -35,7 +36,8 @@ from filelock import FileLock, Timeout
 from mdmemory.agent import clock
 from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, LockError, StoreError
+from mdmemory.errors import ConfigError, LockError, StoreError, WorkspaceError
+from mdmemory.filewrite import Folder
 
 NO_REPLY = "NO_REPLY"
 NO_REPLY_HINT = "If there is nothing to store, reply with NO_REPLY."
@@ -190,20 +192,41 @@ def flush_prompts(agent: AgentConfig, today: date) -> tuple[str, str]:
 def workspace_writable(root: Path) -> tuple[bool, str]:
     """Whether the agent can create ``memory/YYYY-MM-DD.md`` under ``root``: (ok, why not).
 
-    Tried for real (a temporary file in the nearest existing folder of ``memory/``), since permission
-    bits say nothing about read-only mounts and nothing at all to root.
+    Tried for real (a temporary file in ``memory/``, or in the workspace while it has none), since permission
+    bits say nothing about read-only mounts and nothing at all to root; never outside the workspace and never
+    through a symlink (mdmemory.filewrite: a ``memory/`` that is a symlink is not writable for mdmemory). A
+    workspace that does not exist yet is writable when its nearest existing parent folder is.
     """
-    folder = Path(root) / clock.DAILY_DIR
-    while not os.path.lexists(folder) and folder.parent != folder:
-        folder = folder.parent
-    if not folder.is_dir():
-        return False, f"{folder} is not a folder"
+    root = Path(root)
+    if not root.is_dir():
+        nearest = root
+        while not os.path.lexists(nearest) and nearest.parent != nearest:
+            nearest = nearest.parent
+        if not nearest.is_dir():
+            return False, f"{nearest} is not a folder"
+        if not os.access(nearest, os.W_OK | os.X_OK):
+            return False, f"cannot create the workspace {root} in {nearest} (permission denied)"
+        return True, ""
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=".mdmemory-probe-")
+        with Folder(root, ()) as top:
+            if top.lstat(clock.DAILY_DIR) is None:
+                return _probe(top)
+        with Folder(root, [clock.DAILY_DIR]) as folder:
+            return _probe(folder)
+    except WorkspaceError as exc:
+        return False, str(exc)
     except OSError as exc:
-        return False, f"cannot create a file in {folder} ({exc.strerror or exc})"
+        return False, f"cannot open {root} ({exc.strerror or exc})"
+
+
+def _probe(folder: Folder) -> tuple[bool, str]:
+    name = f".mdmemory-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder.fd)
+    except OSError as exc:
+        return False, f"cannot create a file in {folder.path} ({exc.strerror or exc})"
     os.close(fd)
-    os.unlink(probe)
+    os.unlink(name, dir_fd=folder.fd)
     return True, ""
 
 

@@ -3,7 +3,9 @@
 The line goes in with a single ``write`` on a file opened ``O_APPEND`` (never through a symlink), then
 ``fsync``, all under a file lock beside the file (``.mdmemory.lock`` in the same folder, shared by every
 mdmemory process whatever its ``MDMEMORY_HOME``), so concurrent ``remember`` calls never interleave or
-lose lines. The folder and the file are created when missing; a new file starts with a heading.
+lose lines. The folder and the file are created when missing; a new file starts with a heading. The folder
+is opened through ``mdmemory.filewrite.Folder``: a ``memory/`` that is a symlink (to outside the workspace
+or not) is refused, and so is a lock file that is one.
 
 Only regular files with one link are appended to: a FIFO, a device, a socket or a hard link named like
 the target is refused before anything is opened for writing (``fileread.open_regular``). A note is at
@@ -20,14 +22,13 @@ from __future__ import annotations
 import errno
 import os
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mdmemory.agent import clock
-from mdmemory.agent.fsutil import fsync_dir
 from mdmemory.config import AgentConfig
 from mdmemory.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
-from mdmemory.fileread import open_regular
+from mdmemory.filewrite import Folder, write_all
 from mdmemory.workspace import ROOT_FILES, Workspace
 
 LOCK_NAME = ".mdmemory.lock"
@@ -67,55 +68,50 @@ def remember(
     else:
         rel = clock.daily_log(moment.date())
         stamp, heading = moment.strftime("%H:%M"), f"# {moment.date().isoformat()}"
-    try:  # first, so that a workspace that cannot exist is reported as such
-        (workspace.root / rel).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(workspace.root / rel, exc) from None
-    target = workspace.resolve_for_read(rel)  # refuses symlinked folders and files
     line = f"- [{stamp}] " + "\n  ".join(part.rstrip() for part in text.strip().splitlines())
     created = append_line(
-        target, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
+        workspace.root, rel, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
     )
     return {"path": rel, "line": line, "created": created, "indexed": False}
 
 
 def append_line(
-    path: Path,
+    root: Path,
+    rel: str,
     line: str,
     *,
     heading: str,
     timeout: float = LOCK_TIMEOUT_SECONDS,
     max_file_bytes: int | None = None,
 ) -> bool:
-    """Append ``line`` (plus a newline) to ``path`` atomically; True when the file was created.
+    """Append ``line`` (plus a newline) to the file ``rel`` of the workspace ``root`` atomically; True when the
+    file was created.
 
     A new or empty file gets ``heading`` and a blank line first; a file whose last line has no newline
-    gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a path that is not a regular
-    file with one link, and a line that would make the file larger than ``max_file_bytes``.
+    gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a folder on the way that is a
+    symlink (mdmemory.filewrite), a file that is not a regular file with one link, and a line that would make
+    the file larger than ``max_file_bytes``.
     """
-    from filelock import FileLock, Timeout  # here: importing filelock costs more than most commands
-
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _unwritable(path, exc) from None
-    try:
-        with FileLock(str(folder / LOCK_NAME), timeout=timeout):
-            return _append(path, line, heading, max_file_bytes)
-    except Timeout:
-        raise LockError(
-            f"{folder / LOCK_NAME} stayed locked by another process for {timeout:g} s. Fix: retry."
-        ) from None
-    except SpecialFileError:
+    *parts, name = PurePosixPath(rel).parts
+    try:  # first, so that a workspace that cannot exist is reported as such
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Folder(root, parts, create=True)  # refuses symlinked folders
+    except WorkspaceError:
         raise
     except OSError as exc:
-        raise _unwritable(path, exc) from None
+        raise _unwritable(root / rel, exc) from None
+    try:
+        with folder, folder.locked(LOCK_NAME, timeout):
+            return _append(folder, name, line, heading, max_file_bytes)
+    except (SpecialFileError, WorkspaceError, LockError):
+        raise
+    except OSError as exc:
+        raise _unwritable(root / rel, exc) from None
 
 
-def _append(path: Path, line: str, heading: str, max_file_bytes: int | None) -> bool:
-    existed = os.path.lexists(path)
-    fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # never a FIFO, a device or a hard link
+def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: int | None) -> bool:
+    existed = folder.lstat(name) is not None
+    fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # never a symlink, a FIFO or a hard link
     try:
         size = os.fstat(fd).st_size
         if size == 0:
@@ -125,20 +121,18 @@ def _append(path: Path, line: str, heading: str, max_file_bytes: int | None) -> 
         data = (prefix + line + "\n").encode("utf-8")
         if max_file_bytes is not None and size + len(data) > max_file_bytes:
             if not existed:
-                os.unlink(path)
+                os.unlink(name, dir_fd=folder.fd)
             raise WorkspaceError(
-                f"{path} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), and "
-                "drop out of search; nothing was written. Fix: move older notes of that file into another "
+                f"{folder.shown(name)} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), "
+                "and drop out of search; nothing was written. Fix: move older notes of that file into another "
                 "file under memory/, or raise agents.defaults.memorySearch.maxFileBytes."
             )
-        written = os.write(fd, data)
-        while written < len(data):  # a regular file takes it whole; this only guards odd file systems
-            written += os.write(fd, data[written:])
+        write_all(fd, data)  # one write on a regular file; the loop only guards odd file systems
         os.fsync(fd)
     finally:
         os.close(fd)
     if not existed:
-        fsync_dir(path.parent)
+        folder.sync()
     return not existed
 
 

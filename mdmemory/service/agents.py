@@ -14,6 +14,7 @@ switched on for every agent it serves (pack items from them have kind ``session`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 
 from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
 from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
@@ -161,7 +163,8 @@ class Agents:
             log = RemoteLog(agent)
         else:
             if Path(agent.workspace).is_dir():  # a missing workspace is never created (an unmounted volume)
-                (Path(agent.workspace) / SESSIONS_DIR).mkdir(exist_ok=True)
+                with contextlib.suppress(MdMemoryError, OSError):  # a refused sessions/: each retain says why
+                    Folder(agent.workspace, [SESSIONS_DIR], create=True).close()  # never through a symlink
             shared = agent.memory_search.store.backend == "postgres"
             log = LocalLog(agent) if shared else SessionLog(agent)
             if shared:

@@ -9,7 +9,9 @@ replica recognises a duplicate or a forgotten id whichever replica saw it first:
   it as part of that file's view (mdmemory.entryindex). ``forget`` commits tombstones; the caller's sync then
   removes the blocks from the index at once, and the agent's host removes them from its files.
 - ``LocalLog`` writes the files as ``SessionLog`` does, and records what it retained and forgot in the
-  database; a database that cannot be reached only costs the cross-replica check of a retain.
+  database; a database that cannot be reached only costs the cross-replica check of a retain. A retain is
+  answered ``duplicate`` only when the files hold the block: an entry the database knows but the files do
+  not hold (lost to a hand edit, or still pending there) is written into them now; the drain then finds it.
 
 Which agents a replica does not hold: ``service.remoteAgents`` (ids, or ``"*"``), or ``MDMEMORY_REMOTE_AGENTS``
 (comma-separated) instead; the configuration marks them (``AgentConfig.files_here``) and refuses one whose
@@ -25,7 +27,7 @@ from typing import Any
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import StoreError
-from mdmemory.service.sessionlog import SessionLog, Status, render_entry
+from mdmemory.service.sessionlog import SessionLog, Status, render_entry, tombstone_reason
 from mdmemory.store.api import EntryLog
 from mdmemory.store.faults import store_errors, store_fault
 
@@ -46,6 +48,10 @@ def entry_log(agent: AgentConfig) -> Iterator[EntryLog | None]:
         raise store_fault(exc, agent.store_path) from exc
 
 
+def _reason(reason: str | None) -> str | None:
+    return tombstone_reason(reason) if reason and reason.strip() else None
+
+
 class RemoteLog:
     """An agent's retained turns on a replica that does not hold its files: the database's entries only."""
 
@@ -62,7 +68,7 @@ class RemoteLog:
         """Tombstone ``entry_ids``; the caller's sync removes their blocks from the index."""
         with entry_log(self.agent) as log:
             assert log is not None
-            return log.forget(entry_ids, (reason or "").strip() or None, applied=False), []
+            return log.forget(entry_ids, _reason(reason), applied=False), []
 
     def stats(self) -> dict[str, Any]:
         with entry_log(self.agent) as log:
@@ -80,9 +86,9 @@ class LocalLog(SessionLog):
         with contextlib.suppress(StoreError), entry_log(self.agent) as log:
             known = log.known(eid) if log is not None else None
             reached = True
-        if known is not None:
+        if known == "forgotten":
             return known, eid
-        status = self.write_blocks([(eid, day, block)])[0]
+        status = self.write_blocks([(eid, day, block)])[0]  # "duplicate" only when the files hold it
         if status == "retained" and reached:  # the database away: the files alone, without a second wait
             with contextlib.suppress(StoreError), entry_log(self.agent) as log:
                 if log is not None:
@@ -93,5 +99,5 @@ class LocalLog(SessionLog):
         removed, changed = super().forget(entry_ids, reason)  # the files first: the intent is durable there
         with entry_log(self.agent) as log:
             if log is not None:
-                log.forget(entry_ids, (reason or "").strip() or None, applied=True)
+                log.forget(entry_ids, _reason(reason), applied=True)
         return removed, changed
