@@ -1,0 +1,137 @@
+"""Secret redaction for text that leaves mdmemory: retained turns, recall, pack, search snippets, session-start
+context, and the paths and citations in them.
+
+``redact(text)`` replaces every secret-shaped value with ``[REDACTED:<kind>]`` and leaves every other character
+as it was; ``find_secrets(text)`` gives the spans, ``(start, end, kind)``, sorted and non-overlapping. Where no
+kind is known (a config value under a secret-looking key, a header value), ``REDACTED`` (``[REDACTED]``) stands
+in: one marker format for every output (mdmemory.redact uses the same).
+
+The detector (``rules.py``, ``scan.py``):
+
+- **detect-secrets' patterns** (Yelp, ``upstream.py``: a snapshot of its plugins' ``denylist`` regexes, checked
+  against the installed package by tests/test_redaction_upstream.py): AWS, Artifactory, Azure storage, basic
+  auth in URLs, Cloudant, Discord, GitHub, GitLab, Mailchimp, OpenAI, PyPI, SendGrid, Slack, SoftLayer,
+  Square, Stripe, Telegram and Twilio. They run over the whole text with offsets (detect-secrets itself works
+  line by line, returns values but not where they are, and took 11-14 ms per 8 KiB; its import alone costs
+  ~100 ms, as much as a whole ``mdmemory search``). Patterns that are slow, quadratic or flag what is no secret
+  are not used; ``rules.UPSTREAM`` says why for each.
+- **Our rules** for what it lacks: private keys (PEM and OpenSSH blocks, PuTTY files, and key bodies without
+  their BEGIN line, from two lines), JWTs, Anthropic and project-scoped OpenAI keys, Google, Hugging Face,
+  npm, Stripe test keys and webhook secrets, and ~25 more prefixed tokens; ``Bearer`` (also ``Bearer:`` and a
+  token on the next line), ``Authorization: Basic`` (base64 of ``user:password``) and other schemes, URL
+  passwords, and the value after ``password``/``PGPASSWORD``/``secret``/``api_key``/``token``/``credentials``...
+  (quoted, unquoted, or in a YAML block on the next line) when it is no placeholder and has some entropy.
+- **Normalised views**: Unicode's invisible characters (zero-width space, soft hyphen, joiners...) are ignored
+  for detection and the whole original span goes; a token wrapped over lines is joined; a base64 run whose
+  decoding holds a secret goes whole (kind of the secret inside).
+- **Composition**: the rest of a token glued to another redactor's marker (``Bearer [redacted]kQ9...``,
+  ``[redacted-secret]...``, ``<redacted>``, ``***``, ``[REDACTED:kind]``) is ``partial_secret``, marker
+  included: a proxy that redacts each stream event on its own leaves the rest of a split token in the next.
+
+Git and content hashes, UUIDs, base64 images, versions, dates, paths, URLs without a password and ordinary
+words are left alone (tests/test_redaction_corpus.py). Every rule is linear in the text (a literal anchor or a
+``needle`` the text must hold, bounded classes, no nested quantifiers over the same characters); ~0.3-0.7 ms
+per 8 KiB (``benchmarks/redaction_speed.py``). Imports nothing of ours but ``lazyre``, so any module may use it.
+"""
+
+from __future__ import annotations
+
+from mdmemory.redaction.rules import OWN, RULES
+from mdmemory.redaction.scan import (
+    Dispatch,
+    Span,
+    encoded_spans,
+    glued_spans,
+    key_bodies,
+    mapped,
+    rule_spans,
+    token_regions,
+    without_ignorables,
+    wrapped_spans,
+)
+
+__all__ = ["KINDS", "REDACTED", "find_secrets", "marker", "redact"]
+
+REDACTED = "[REDACTED]"
+"""What stands for a secret whose kind is unknown (a config value, a header value)."""
+
+_GENERIC = ("url_password", "bearer_token", "basic_auth", "npm_token", "keyed_secret", "partial_secret")
+KINDS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        ["private_key", "jwt", *(r.kind for r in OWN if r.kind not in _GENERIC)]
+        + [r.kind for r in RULES if r.kind not in _GENERIC]
+        + list(_GENERIC)
+    )
+)
+"""Every kind ``find_secrets`` may report, most specific first (the tie-break between equal spans)."""
+
+_PRIORITY = {kind: i for i, kind in enumerate(KINDS)}
+_TOKEN_RULES = tuple(r for r in RULES if r.token)
+_OTHER_RULES = tuple(r for r in RULES if not r.token)
+_TOKENS = Dispatch(_TOKEN_RULES)
+_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
+
+
+def marker(kind: str) -> str:
+    """``[REDACTED:<kind>]``: what a secret of ``kind`` becomes."""
+    return f"[REDACTED:{kind}]"
+
+
+def _lower(text: str) -> str:
+    lowered = text.lower()
+    if len(lowered) != len(text):  # a few non-ASCII letters grow in lower case: keep offsets aligned
+        lowered = text.translate(_ASCII_LOWER)
+    return lowered
+
+
+def _resolve(found: list[Span]) -> list[Span]:
+    """Sorted, non-overlapping: where spans overlap, the one starting first wins, then the longer, then the
+    more specific kind."""
+    spans: list[Span] = []
+    last_end = 0
+    for start, _, _, end, kind in sorted((s, -(e - s), _PRIORITY[k], e, k) for s, e, k in found):
+        if start >= last_end:
+            spans.append((start, end, kind))
+            last_end = end
+    return spans
+
+
+def _find(text: str, decode: bool = True) -> list[Span]:
+    lowered = _lower(text)
+    found = rule_spans(text, lowered, _OTHER_RULES)
+    regions = token_regions(text)
+    if regions is None:
+        found += rule_spans(text, lowered, _TOKEN_RULES)
+    elif regions:
+        found += _TOKENS.spans(text, lowered, regions)
+    found += key_bodies(text)
+    found += glued_spans(text, lowered)
+    if "\n" in text:
+        found += wrapped_spans(text, _TOKEN_RULES, found)
+    if decode:
+        found += encoded_spans(text, lambda inner: _resolve(_find(inner, decode=False)), found)
+    return found
+
+
+def find_secrets(text: str) -> list[tuple[int, int, str]]:
+    """Spans ``(start, end, kind)`` of the secrets in ``text``: sorted by start and non-overlapping."""
+    view = without_ignorables(text)
+    if view is None:
+        return _resolve(_find(text))
+    clean, offsets = view
+    return _resolve(mapped(_find(clean), offsets))
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]``; every other character is unchanged."""
+    spans = find_secrets(text)
+    if not spans:
+        return text
+    parts: list[str] = []
+    pos = 0
+    for start, end, kind in spans:
+        parts.append(text[pos:start])
+        parts.append(marker(kind))
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
