@@ -32,10 +32,11 @@ def search_response(
     With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
     ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
-    which the caller reports as warnings). Secrets in snippets are ``[REDACTED:<kind>]`` (mdmemory.redaction).
+    which the caller reports as warnings). Secrets in snippets, paths and citations are ``[REDACTED:<kind>]``
+    (mdmemory.redaction).
     """
     from mdmemory.packitems import cite  # here, not at the top: memory_get needs neither the search nor the pack
-    from mdmemory.redaction import redact
+    from mdmemory.redaction import redact, redact_path
     from mdmemory.snippets import SNIPPET_CHARS, make_snippet
 
     results = []
@@ -47,7 +48,7 @@ def search_response(
         text, heading = redact(c.text), redact(c.heading) if c.heading else c.heading
         snippet = make_snippet(text, outcome.terms, heading, limit=max(SNIPPET_CHARS - len(footer), 100))
         result: dict[str, Any] = {
-            "path": c.path,
+            "path": redact_path(c.path),
             "startLine": c.start_line,
             "endLine": c.end_line,
             "score": round(float(h.score), 4),

@@ -36,6 +36,8 @@ per 8 KiB (``benchmarks/redaction_speed.py``). Imports nothing of ours but ``laz
 
 from __future__ import annotations
 
+import functools
+
 from mdmemory.redaction.rules import OWN, RULES
 from mdmemory.redaction.scan import (
     Dispatch,
@@ -50,7 +52,7 @@ from mdmemory.redaction.scan import (
     wrapped_spans,
 )
 
-__all__ = ["KINDS", "REDACTED", "find_secrets", "marker", "redact"]
+__all__ = ["KINDS", "REDACTED", "find_secrets", "marker", "redact", "redact_path"]
 
 REDACTED = "[REDACTED]"
 """What stands for a secret whose kind is unknown (a config value, a header value)."""
@@ -122,8 +124,10 @@ def find_secrets(text: str) -> list[tuple[int, int, str]]:
     return _resolve(mapped(_find(clean), offsets))
 
 
-def redact(text: str) -> str:
-    """``text`` with every secret replaced by ``[REDACTED:<kind>]``; every other character is unchanged."""
+def redact(text: str, *, keep_lines: bool = False) -> str:
+    """``text`` with every secret replaced by ``[REDACTED:<kind>]``; every other character is unchanged. With
+    ``keep_lines``, a secret over several lines leaves its line breaks after the marker, so line numbers
+    counted in the result are the source's (text that cites ``memory_get`` ranges)."""
     spans = find_secrets(text)
     if not spans:
         return text
@@ -132,6 +136,16 @@ def redact(text: str) -> str:
     for start, end, kind in spans:
         parts.append(text[pos:start])
         parts.append(marker(kind))
+        if keep_lines:
+            parts.append("\n" * text.count("\n", start, end))
         pos = end
     parts.append(text[pos:])
     return "".join(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def redact_path(path: str) -> str:
+    """A file path as outputs show it (``path``, ``ref``, ``Source:`` lines, receipts): a token in a file name
+    becomes its marker too. Paths recur in every answer, so the last 4,096 are remembered. The path a caller
+    passes in (``memory_get``) is theirs and is never changed; only what mdmemory prints is."""
+    return redact(path)

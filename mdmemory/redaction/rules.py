@@ -146,7 +146,7 @@ UPSTREAM: dict[tuple[str, int], Rule | str] = {
         token=True,
     ),
     ("NpmDetector", 0): "quadratic on a line of many '//' (43 s for 100 KB); the npm rules below anchor on _authToken=",
-    ("OpenAIDetector", 0): "quadratic on a run of 'sk-' repeated ([..]*[..]{20} backtracks); openai_key takes these keys too",
+    ("OpenAIDetector", 0): "quadratic on a run of 'sk-' ([..]*[..]{20} backtracks); openai_key takes these keys too",
     **{
         (
             "PrivateKeyDetector",
@@ -202,7 +202,7 @@ _PREFIXED: tuple[tuple[str, str, Callable[[str], bool] | None], ...] = (
     ("linear_key", r"lin_api_[A-Za-z0-9]{32,}", None),
     ("notion_token", r"ntn_[A-Za-z0-9]{40,}", None),
     ("postman_key", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", None),
-    ("sentry_token", r"sntr[ysu]_[A-Za-z0-9+/=_-]{40,}", None),
+    ("sentry_token", r"sntry[su]_[A-Za-z0-9+/=_-]{40,}", None),
     ("grafana_token", r"gl(?:sa|c)_[A-Za-z0-9+/=_]{32,}", None),
     ("atlassian_token", r"ATATT3[A-Za-z0-9_=-]{60,}", None),
     ("supabase_token", r"sbp_[a-f0-9]{40}", None),
@@ -217,14 +217,16 @@ _KEYS = (  # (the key's literal start, the rest of it, whether a letter or digit
     ("pass", r"(?:word|wd|phrase)", True),  # PGPASSWORD, db_password, passphrase
     ("_pass", r"(?![a-z])", True),  # DB_PASS, SMTP_PASS
     ("pwd", "", False),
-    ("secret", "", False),
-    ("api", r"[_-]?key", False),
+    ("secret", r"(?:[_-]?(?:access[_-]?)?key(?:[_-]base)?)?", False),  # SECRET_KEY, secret_access_key
+    ("api", r"[_-]?(?:key|secret|token)", False),
     ("access", r"[_-]?key", False),
-    ("token", "", False),
+    ("token", r"(?:[_-]?secret)?", False),
     ("private", r"[_-]?key", False),
     ("credential", "s?", False),
 )
 _VALUE = r"[^\s\"',;{}()\[\]<>`]{8,256}"
+_NOT_A_KEY = r"(?![^\s:]{1,64}:(?:\s|$))"
+"""A value on the next line is no YAML key of its own (``password_policy:`` / ``min_length: 12``)."""
 
 
 def _keyed(head: str, rest: str, glued: bool) -> Rule:
@@ -233,9 +235,7 @@ def _keyed(head: str, rest: str, glued: bool) -> Rule:
     start = head + rest if glued else rf"{head}(?<![a-z0-9]{head}){rest}"
     return Rule(
         "keyed_secret",
-        lazy(
-            rf"{start}[\"']?[ \t]*[:=][ \t]*(?:[|>][-+]?[ \t]*)?(?:\r?\n[ \t]+)?[\"']?({_VALUE})",
-        ),
+        lazy(rf"{start}[\"']?[ \t]*[:=][ \t]*(?:[|>][-+]?[ \t]*)?(?:\r?\n[ \t]+{_NOT_A_KEY})?[\"']?({_VALUE})"),
         group=1,
         check=keyed_value,
         lowered=True,
@@ -341,9 +341,10 @@ def first_chars(rule: Rule) -> str:
     raise ValueError(f"token rule {rule.kind} {source[:40]!r} needs starts=")
 
 
-def glued_remainder(marker: str, rest: str) -> bool:
-    """Whether ``rest``, glued to ``marker``, is the remainder of a secret. After ``***`` (also Markdown's bold
-    italics) only a token-looking rest counts: 6+ characters mixing letters and digits."""
+def glued_remainder(marker: str, rest: str, after: str) -> bool:
+    """Whether ``rest``, glued to ``marker`` and followed by ``after``, is the remainder of a secret. After
+    ``***`` (also Markdown's bold italics: ``***v2.0 notes***``) only a token-looking rest that is not closed
+    by ``*`` counts: 6+ characters mixing letters and digits."""
     if marker == "***":
-        return len(rest) >= 6 and mixed(rest) and not rest.endswith("*")
+        return len(rest) >= 6 and mixed(rest) and after != "*"
     return True

@@ -12,16 +12,19 @@ import string
 Run = tuple[int, int]
 
 
-def _table(chars: str, newline: bytes = b" ") -> bytes:
+def _table(chars: str, lines: bool = False) -> bytes:
+    """``x`` for ``chars``, a space for any other byte; with ``lines``, ``n`` for a line feed, ``r`` for a
+    carriage return and ``s`` for a space or tab (where a line break matters)."""
     keep = chars.encode("ascii")
-    return bytes(ord("x") if c in keep else (newline[0] if c == 10 else 32) for c in range(256))
+    marks = {10: ord("n"), 13: ord("r"), 32: ord("s"), 9: ord("s")} if lines else {10: ord("n")}
+    return bytes(ord("x") if c in keep else marks.get(c, 32) for c in range(256))
 
 
 TOKEN = _table(string.ascii_letters + string.digits + "_.=+/-")
 """Prefixed tokens, JWTs, base64: a token secret is a run of 20 or more of these."""
 BASE64 = _table(string.ascii_letters + string.digits + "+/_-")
-KEY_LINE = _table(string.ascii_letters + string.digits + "+/", b"n")
-WRAP = _table(string.ascii_letters + string.digits + "_.=+/-", b"n")
+KEY_LINE = _table(string.ascii_letters + string.digits + "+/")
+WRAP = _table(string.ascii_letters + string.digits + "_.=+/-", lines=True)
 
 
 def mask(text: str, table: bytes) -> bytes:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from mdmemory.lazyre import lazy
 from mdmemory.redaction import runs
-from mdmemory.redaction.rules import DIGIT, GLUED, UPPER, Rule, first_chars, glued_remainder, mixed
+from mdmemory.redaction.rules import DIGIT, GLUED, UPPER, Rule, cased, first_chars, glued_remainder, mixed
 
 Span = tuple[int, int, str]
 _TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
@@ -148,32 +148,40 @@ _SIDE = 9  # a wrapped key has this many token characters on one side of a break
 
 def _random_looking(piece: str) -> bool:
     """A continuation on the next line that is part of a key, not the next line's first word."""
-    return DIGIT.search(piece) is not None or (len(piece) >= 12 and UPPER.search(piece[1:]) is not None)
+    return DIGIT.search(piece) is not None or (len(piece) >= 12 and cased(piece[1:]))
+
+
+_AFTER = lazy(rb"ns*x{%d}" % _SIDE)
+"""In the ``runs.WRAP`` mask: a line break, the next line's indentation and a long run of token characters."""
+
+
+def _run_edge(masked: bytes, pos: int, step: int) -> int:
+    """Where the run of ``x`` through ``pos`` ends (``step`` 1) or starts (``step`` -1)."""
+    if step > 0:
+        ends = [e for e in (masked.find(c, pos) for c in (b" ", b"n", b"r", b"s")) if e >= 0]
+        return min(ends) if ends else len(masked)
+    return max(masked.rfind(c, 0, pos) for c in (b" ", b"n", b"r", b"s")) + 1
 
 
 def _breaks(text: str, masked: bytes) -> dict[int, tuple[int, int, int, int]]:
     """Line breaks between token characters with a long run on one side: ``{newline offset: (run start, break
     start, break end, run end)}`` (the break takes a CR before it and the next line's indentation)."""
-    out: dict[int, tuple[int, int, int, int]] = {}
-    probes = ((b"x" * _SIDE + b"n", _SIDE), (b"x" * _SIDE + b" n", _SIDE + 1), (b"nx" + b"x" * (_SIDE - 1), 0))
-    for probe, offset in probes:
+    newlines = set()
+    for probe, offset in ((b"x" * _SIDE + b"n", _SIDE), (b"x" * _SIDE + b"rn", _SIDE + 1)):
         pos = 0
         while (i := masked.find(probe, pos)) >= 0:
+            newlines.add(i + offset)
             pos = i + 1
-            nl = i + offset
-            if nl in out:
-                continue
-            head = nl - 1 if nl > 0 and text[nl - 1] == "\r" else nl
-            if head == 0 or masked[head - 1] != ord("x"):
-                continue
-            tail = nl + 1
-            while tail < len(text) and text[tail] in " \t":
-                tail += 1
-            if tail >= len(text) or masked[tail] != ord("x"):
-                continue
-            start = max(masked.rfind(b" ", 0, head), masked.rfind(b"n", 0, head)) + 1
-            ends = [e for e in (masked.find(b" ", tail), masked.find(b"n", tail)) if e >= 0]
-            out[nl] = (start, head, tail, min(ends) if ends else len(text))
+    newlines.update(m.start() for m in _AFTER.finditer(masked))
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for nl in newlines:
+        head = nl - 1 if nl > 0 and masked[nl - 1] == ord("r") else nl
+        tail = nl + 1
+        while tail < len(masked) and masked[tail] == ord("s"):
+            tail += 1
+        if head == 0 or masked[head - 1] != ord("x") or tail >= len(masked) or masked[tail] != ord("x"):
+            continue
+        out[nl] = (_run_edge(masked, head, -1), head, tail, _run_edge(masked, tail, 1))
     return out
 
 
@@ -195,7 +203,7 @@ def wrapped_spans(text: str, rules: Sequence[Rule], found: list[Span]) -> list[S
         piece = "".join(
             text[a:b] for a, b in zip([first] + [t for _, t in cuts], [h for h, _ in cuts] + [last], strict=True)
         )
-        if len(piece) < 18 or DIGIT.search(piece) is None:
+        if len(piece) < 18 or not (mixed(piece) or cased(piece[1:])):
             continue
         offsets: list[int] = []
         pos = first
@@ -302,6 +310,6 @@ def glued_spans(text: str, lowered: str) -> list[Span]:
     for pattern in GLUED:
         for m in pattern.finditer(lowered):
             marker = lowered[m.start() : m.start(1)]
-            if glued_remainder(marker, text[m.start(1) : m.end(1)]):
+            if glued_remainder(marker, text[m.start(1) : m.end(1)], text[m.end() : m.end() + 1]):
                 out.append((m.start(), m.end(), "partial_secret"))
     return out
