@@ -42,7 +42,8 @@ def scrub(text: str) -> str:
     """``text`` with every secret-looking part (see ``looks_secret``) replaced by ``[REDACTED:<kind>]``."""
     text = redact(text)
     for pattern, kind in SECRET_PATTERNS:
-        text = pattern.sub(lambda m, kind=kind: (m.group(1) if m.groups() else "") + marker(kind), text)
+        shown = marker(kind)
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + shown, text)  # noqa: B023
     return text
 
 

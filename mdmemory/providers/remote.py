@@ -181,8 +181,8 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         self._raw_base_url = raw_url
         self._api_key = _Secret(key)
         self._headers = _Secret(header_map)
-        known = [key, *header_map.values()]
-        self._scrub = _Secret(sorted({s for s in known if len(s) >= 4}, key=len, reverse=True))
+        values = [key, *header_map.values()]
+        self._scrub = _Secret(sorted({s for s in values if len(s) >= 4}, key=len, reverse=True))
         self._client: Any = None
         self._openai: Any = None
         self._tokenizer: Any = None  # None: not tried yet; False: unavailable

@@ -151,7 +151,7 @@ def _random_looking(piece: str) -> bool:
     return DIGIT.search(piece) is not None or (len(piece) >= 12 and cased(piece[1:]))
 
 
-_AFTER = lazy(rb"ns*x{%d}" % _SIDE)
+_AFTER = re.compile(rb"ns*x{%d}" % _SIDE)
 """In the ``runs.WRAP`` mask: a line break, the next line's indentation and a long run of token characters."""
 
 
