@@ -109,7 +109,7 @@ def _find(text: str, decode: bool = True) -> list[Span]:
     found += key_bodies(text)
     found += glued_spans(text, lowered)
     if "\n" in text:
-        found += wrapped_spans(text, _TOKEN_RULES, found)
+        found += wrapped_spans(text, _TOKENS, found)
     if decode:
         found += encoded_spans(text, lambda inner: _resolve(_find(inner, decode=False)), found)
     return found

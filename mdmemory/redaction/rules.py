@@ -97,7 +97,7 @@ def basic_credentials(value: str) -> bool:
 # -- detect-secrets: (plugin, index) -> the rule built from that pattern, or why it is not used -----------------
 def _up(plugin: str, index: int, kind: str, **options: object) -> Rule:
     source, flags = DENYLISTS[plugin][index]
-    return Rule(kind, lazy(source, flags), **options)  # type: ignore[arg-type]
+    return Rule(kind, lazy(source, int(flags)), **options)  # type: ignore[arg-type]
 
 
 _ASSIGNMENT = "slow assignment pattern (0.3-0.7 ms per 8 KiB); keyed_secret covers its *_key/*_password values"

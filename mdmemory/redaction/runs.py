@@ -41,7 +41,7 @@ def long_runs(masked: bytes, length: int, limit: int = 1 << 30) -> list[Run]:
         i = masked.find(probe, pos)
         if i < 0:
             break
-        start = max(masked.rfind(b" ", 0, i), masked.rfind(b"n", 0, i)) + 1
+        start = max(masked.rfind(b" ", pos, i), masked.rfind(b"n", pos, i), pos - 1) + 1
         ends = [e for e in (masked.find(b" ", i + length), masked.find(b"n", i + length)) if e >= 0]
         end = min(ends) if ends else len(masked)
         runs.append((start, end))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import re
 from collections.abc import Callable, Sequence
 
@@ -156,11 +157,15 @@ _AFTER = re.compile(rb"ns*x{%d}" % _SIDE)
 
 
 def _run_edge(masked: bytes, pos: int, step: int) -> int:
-    """Where the run of ``x`` through ``pos`` ends (``step`` 1) or starts (``step`` -1)."""
+    """Where the run of ``x`` through ``pos`` ends (``step`` 1) or starts (``step`` -1), looking at most
+    ``_LONGEST`` bytes away (a token is no longer)."""
+    marks = (b" ", b"n", b"r", b"s")
     if step > 0:
-        ends = [e for e in (masked.find(c, pos) for c in (b" ", b"n", b"r", b"s")) if e >= 0]
-        return min(ends) if ends else len(masked)
-    return max(masked.rfind(c, 0, pos) for c in (b" ", b"n", b"r", b"s")) + 1
+        limit = min(len(masked), pos + _LONGEST)
+        ends = [e for e in (masked.find(c, pos, limit) for c in marks) if e >= 0]
+        return min(ends) if ends else limit
+    limit = max(0, pos - _LONGEST)
+    return max(max(masked.rfind(c, limit, pos) for c in marks) + 1, limit)
 
 
 def _breaks(text: str, masked: bytes) -> dict[int, tuple[int, int, int, int]]:
@@ -185,7 +190,7 @@ def _breaks(text: str, masked: bytes) -> dict[int, tuple[int, int, int, int]]:
     return out
 
 
-def wrapped_spans(text: str, rules: Sequence[Rule], found: list[Span]) -> list[Span]:
+def wrapped_spans(text: str, tokens: Dispatch, found: list[Span]) -> list[Span]:
     """Token secrets cut by line breaks (a key wrapped over two or more lines, indented or not): the token
     rules run again over each run of token characters with its line breaks removed. A match must cross a
     break; when the part before the break was a secret on its own, the next line's part must look random."""
@@ -211,7 +216,7 @@ def wrapped_spans(text: str, rules: Sequence[Rule], found: list[Span]) -> list[S
             offsets += range(pos, head)
             pos = tail
         offsets += range(pos, last)
-        for s, e, kind in mapped(rule_spans(piece, piece.lower(), rules), offsets):
+        for s, e, kind in mapped(tokens.spans(piece, piece.lower(), [(0, len(piece))]), offsets):
             crossed = [c for c in cuts if s < c[0] and c[1] < e]
             if not crossed:
                 continue
@@ -282,11 +287,14 @@ def encoded_spans(text: str, find: Callable[[str], list[Span]], skip: list[Span]
     """Runs of 24+ base64 (or base64url) characters whose decoding is printable text holding a secret
     (``base64("sk-proj-...")``, an encoded ``.env`` line): the whole run, with the kind found inside."""
     out: list[Span] = []
+    taken = sorted((s, e) for s, e, _ in skip)
+    starts = [s for s, _ in taken]
     for start, end in runs.long_runs(runs.mask(text, runs.BASE64), 24):
         run = text[start:end]
         if end - start > _MAX_DECODED or UPPER.search(run) is None or not mixed(run):
             continue
-        if any(s <= start and end <= e for s, e, _ in skip):
+        i = bisect.bisect_right(starts, start) - 1
+        if i >= 0 and taken[i][1] >= end:  # inside a secret found already (spans found so far do not nest)
             continue
         padding = len(text[end : end + 2]) - len(text[end : end + 2].lstrip("="))
         try:
