@@ -76,6 +76,16 @@ def keyed_value(value: str) -> bool:
     return has_alpha and has_other and entropy(value) >= 3.0
 
 
+def password_value(value: str) -> bool:
+    """A value after a password key: 6+ characters, letters with digits or symbols (``hunter2``), mostly
+    distinct characters, no placeholder (short passwords are common; ordinary words have no digit)."""
+    if len(value) < 6 or _PLACEHOLDER.search(value):
+        return False
+    has_alpha = any(c.isalpha() for c in value)
+    has_other = any(not c.isalpha() for c in value)
+    return has_alpha and has_other and (len(set(value)) >= 0.6 * len(value) or entropy(value) >= 3.0)
+
+
 def token(value: str) -> bool:
     return mixed(value) and not _PLACEHOLDER.search(value)
 
@@ -224,21 +234,25 @@ _KEYS = (  # (the key's literal start, the rest of it, whether a letter or digit
     ("private", r"[_-]?key", False),
     ("credential", "s?", False),
 )
-_VALUE = r"[^\s\"',;{}()\[\]<>`]{8,256}"
+_PASSWORDS = ("pass", "_pass", "pwd")
+_VALUE = r"[^\s\"',;{}()\[\]<>`]{%d,4096}"
 _NOT_A_KEY = r"(?![^\s:]{1,64}:(?:\s|$))"
 """A value on the next line is no YAML key of its own (``password_policy:`` / ``min_length: 12``)."""
+_ASSIGN = rf"[\"']?[ \t]*[:=>][ \t]*(?:[|>][-+]?[ \t]*)?(?:\r?\n[ \t]+{_NOT_A_KEY})?[\"']?"
+"""``=``, ``:``, ``=>``, ``>`` (XML), quotes, and a YAML block's value on the next, indented line."""
 
 
 def _keyed(head: str, rest: str, glued: bool) -> Rule:
-    """``key = value``, ``key: "value"``, ``"key": "value"`` and a YAML ``key:`` with the value on the next,
-    indented line (``|`` / ``>`` block scalars too); ``_`` may come before the key word (``client_secret``)."""
+    """``key = value``, ``key: "value"``, ``"key": "value"``, ``<key>value</key>`` and a YAML ``key:`` with the
+    value on the next, indented line (``|`` / ``>`` block scalars too); ``_`` may come before the key word
+    (``client_secret``). A password may also follow its key after a space (``--password hunter2``, a
+    ``.netrc``, ``the password is Tr0ub4dor&3``), be 6 characters long, and have less entropy."""
     start = head + rest if glued else rf"{head}(?<![a-z0-9]{head}){rest}"
+    if head in _PASSWORDS:
+        pattern = rf"{start}(?:{_ASSIGN}|[ \t]+(?:is[ \t]+|was[ \t]+)?)({_VALUE % 6})"
+        return Rule("keyed_secret", lazy(pattern), group=1, check=password_value, lowered=True, trim=True)
     return Rule(
-        "keyed_secret",
-        lazy(rf"{start}[\"']?[ \t]*[:=][ \t]*(?:[|>][-+]?[ \t]*)?(?:\r?\n[ \t]+{_NOT_A_KEY})?[\"']?({_VALUE})"),
-        group=1,
-        check=keyed_value,
-        lowered=True,
+        "keyed_secret", lazy(rf"{start}{_ASSIGN}({_VALUE % 8})"), group=1, check=keyed_value, lowered=True, trim=True
     )
 
 
@@ -317,6 +331,14 @@ OWN: tuple[Rule, ...] = (
         lowered=True,
     ),
     *(_keyed(head, rest, glued) for head, rest, glued in _KEYS),
+    Rule(
+        "keyed_secret",  # --token VALUE, --api-key VALUE (a command line)
+        lazy(r"--(?:auth-|access-|api-)?(?:token|key|secret)[ \t]+([^\s\"'`]{8,4096})"),
+        group=1,
+        check=token,
+        lowered=True,
+    ),
+    Rule("basic_auth", lazy(r"(?:-u|--user)[ \t]+[^\s:\"'`]{1,256}:([^\s\"'`]{3,4096})"), group=1, check=token),
 )
 
 RULES: tuple[Rule, ...] = (*(r for r in UPSTREAM.values() if isinstance(r, Rule)), *OWN)

@@ -14,9 +14,9 @@ Run = tuple[int, int]
 
 def _table(chars: str, lines: bool = False) -> bytes:
     """``x`` for ``chars``, a space for any other byte; with ``lines``, ``n`` for a line feed, ``r`` for a
-    carriage return and ``s`` for a space or tab (where a line break matters)."""
+    carriage return and ``s`` for a space, tab or ``>`` (indentation and quoting, where a line break matters)."""
     keep = chars.encode("ascii")
-    marks = {10: ord("n"), 13: ord("r"), 32: ord("s"), 9: ord("s")} if lines else {10: ord("n")}
+    marks = {10: ord("n"), 13: ord("r"), 32: ord("s"), 9: ord("s"), 62: ord("s")} if lines else {10: ord("n")}
     return bytes(ord("x") if c in keep else marks.get(c, 32) for c in range(256))
 
 

@@ -20,7 +20,7 @@ Span = tuple[int, int, str]
 _TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TRIM_LEFT = " \t\r\n=:\"'"
-_TRIM_RIGHT = " \t\r\n\"'"
+_TRIM_RIGHT = " \t\r\n\"'."
 TOKEN_RUN = 20
 """Every token rule's secret holds a run of this many token characters (``runs.TOKEN``)."""
 _MAX_WINDOWS = 16
@@ -182,7 +182,7 @@ def _breaks(text: str, masked: bytes) -> dict[int, tuple[int, int, int, int]]:
     for nl in newlines:
         head = nl - 1 if nl > 0 and masked[nl - 1] == ord("r") else nl
         tail = nl + 1
-        while tail < len(masked) and masked[tail] == ord("s"):
+        while tail < len(masked) and masked[tail] == ord("s"):  # indentation, a quote's "> "
             tail += 1
         if head == 0 or masked[head - 1] != ord("x") or tail >= len(masked) or masked[tail] != ord("x"):
             continue
@@ -279,27 +279,34 @@ def key_bodies(text: str) -> list[Span]:
 
 
 # -- base64 of a secret ---------------------------------------------------------------------------------------
+_HEX = lazy(r"[0-9a-fA-F]+")
 _CONTROL = lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 _MAX_DECODED = 1 << 16
 
 
 def encoded_spans(text: str, find: Callable[[str], list[Span]], skip: list[Span]) -> list[Span]:
-    """Runs of 24+ base64 (or base64url) characters whose decoding is printable text holding a secret
-    (``base64("sk-proj-...")``, an encoded ``.env`` line): the whole run, with the kind found inside."""
+    """Runs of 24+ base64 (or base64url) characters, or 40+ hexadecimal ones, whose decoding is printable text
+    holding a secret (``base64("sk-proj-...")``, an encoded ``.env`` line): the whole run, with the kind found
+    inside. A git hash or a checksum decodes to bytes that are no text, and stays."""
     out: list[Span] = []
     taken = sorted((s, e) for s, e, _ in skip)
     starts = [s for s, _ in taken]
     for start, end in runs.long_runs(runs.mask(text, runs.BASE64), 24):
         run = text[start:end]
-        if end - start > _MAX_DECODED or UPPER.search(run) is None or not mixed(run):
+        hexadecimal = len(run) >= 40 and len(run) % 2 == 0 and _HEX.fullmatch(run) is not None
+        if end - start > _MAX_DECODED or not (hexadecimal or (UPPER.search(run) is not None and mixed(run))):
             continue
         i = bisect.bisect_right(starts, start) - 1
         if i >= 0 and taken[i][1] >= end:  # inside a secret found already (spans found so far do not nest)
             continue
         padding = len(text[end : end + 2]) - len(text[end : end + 2].lstrip("="))
         try:
-            altchars = b"-_" if "-" in run or "_" in run else None
-            decoded = base64.b64decode(run + "=" * (-len(run) % 4), altchars=altchars).decode("utf-8")
+            if hexadecimal:
+                raw = bytes.fromhex(run)
+            else:
+                altchars = b"-_" if "-" in run or "_" in run else None
+                raw = base64.b64decode(run + "=" * (-len(run) % 4), altchars=altchars)
+            decoded = raw.decode("utf-8")
         except (binascii.Error, ValueError):
             continue
         if not decoded or _CONTROL.search(decoded):
