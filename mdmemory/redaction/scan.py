@@ -280,6 +280,7 @@ def key_bodies(text: str) -> list[Span]:
 
 # -- base64 of a secret ---------------------------------------------------------------------------------------
 _HEX = lazy(r"[0-9a-fA-F]+")
+_B64_ASCII = "IJKLMNOPQRSTUVWXYZabcdef"
 _CONTROL = lazy(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffd]")
 _MAX_DECODED = 1 << 16
 
@@ -293,8 +294,15 @@ def encoded_spans(text: str, find: Callable[[str], list[Span]], skip: list[Span]
     starts = [s for s, _ in taken]
     for start, end in runs.long_runs(runs.mask(text, runs.BASE64), 24):
         run = text[start:end]
+        # text encodes to runs with tell-tale characters: every hex pair of an ASCII byte starts with 2-7,
+        # every 4th base64 character of ASCII text is one of I-Z a-f; hashes and ids fail at once
         hexadecimal = len(run) >= 40 and len(run) % 2 == 0 and _HEX.fullmatch(run) is not None
-        if end - start > _MAX_DECODED or not (hexadecimal or (UPPER.search(run) is not None and mixed(run))):
+        if hexadecimal:
+            if run[0:32:2].strip("234567"):
+                continue
+        elif run[0:48:4].strip(_B64_ASCII) or UPPER.search(run) is None or not mixed(run):
+            continue
+        if end - start > _MAX_DECODED:
             continue
         i = bisect.bisect_right(starts, start) - 1
         if i >= 0 and taken[i][1] >= end:  # inside a secret found already (spans found so far do not nest)
