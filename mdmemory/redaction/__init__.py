@@ -2,36 +2,40 @@
 context, and the paths and citations in them.
 
 ``redact(text)`` replaces every secret-shaped value with ``[REDACTED:<kind>]`` and leaves every other character
-as it was; ``find_secrets(text)`` gives the spans, ``(start, end, kind)``, sorted and non-overlapping. Where no
-kind is known (a config value under a secret-looking key, a header value), ``REDACTED`` (``[REDACTED]``) stands
-in: one marker format for every output (mdmemory.redact uses the same).
+as it was; ``find_secrets(text)`` gives the spans, ``(start, end, kind)``, sorted and non-overlapping;
+``redact_path(path)`` is ``redact`` for the paths outputs show, remembered. Where no kind is known (a config
+value under a secret-looking key, a header value), ``REDACTED`` (``[REDACTED]``) stands in: one marker format
+for every output (mdmemory.redact uses the same).
 
 The detector (``rules.py``, ``scan.py``):
 
 - **detect-secrets' patterns** (Yelp, ``upstream.py``: a snapshot of its plugins' ``denylist`` regexes, checked
   against the installed package by tests/test_redaction_upstream.py): AWS, Artifactory, Azure storage, basic
-  auth in URLs, Cloudant, Discord, GitHub, GitLab, Mailchimp, OpenAI, PyPI, SendGrid, Slack, SoftLayer,
-  Square, Stripe, Telegram and Twilio. They run over the whole text with offsets (detect-secrets itself works
+  auth in URLs, Cloudant, Discord, GitHub, GitLab, Mailchimp, PyPI, SendGrid, Slack, SoftLayer, Square,
+  Stripe, Telegram and Twilio. They run over the whole text with offsets (detect-secrets itself works
   line by line, returns values but not where they are, and took 11-14 ms per 8 KiB; its import alone costs
   ~100 ms, as much as a whole ``mdmemory search``). Patterns that are slow, quadratic or flag what is no secret
   are not used; ``rules.UPSTREAM`` says why for each.
 - **Our rules** for what it lacks: private keys (PEM and OpenSSH blocks, PuTTY files, and key bodies without
   their BEGIN line, from two lines), JWTs, Anthropic and project-scoped OpenAI keys, Google, Hugging Face,
   npm, Stripe test keys and webhook secrets, and ~25 more prefixed tokens; ``Bearer`` (also ``Bearer:`` and a
-  token on the next line), ``Authorization: Basic`` (base64 of ``user:password``) and other schemes, URL
-  passwords, and the value after ``password``/``PGPASSWORD``/``secret``/``api_key``/``token``/``credentials``...
-  (quoted, unquoted, or in a YAML block on the next line) when it is no placeholder and has some entropy.
+  token on the next line), ``Authorization: Basic`` (base64 of ``user:password``) and other schemes,
+  ``curl -u``, ``--token``, URL passwords, and the value after ``password``/``PGPASSWORD``/``secret``/
+  ``api_key``/``token``/``credentials``... (quoted, unquoted, XML, or in a YAML block on the next line; a
+  password also after a space) when it is no placeholder and has some entropy.
 - **Normalised views**: Unicode's invisible characters (zero-width space, soft hyphen, joiners...) are ignored
-  for detection and the whole original span goes; a token wrapped over lines is joined; a base64 run whose
-  decoding holds a secret goes whole (kind of the secret inside).
+  for detection and the whole original span goes; a token wrapped over lines is joined; a base64 or hex run
+  whose decoding holds a secret goes whole (kind of the secret inside).
 - **Composition**: the rest of a token glued to another redactor's marker (``Bearer [redacted]kQ9...``,
   ``[redacted-secret]...``, ``<redacted>``, ``***``, ``[REDACTED:kind]``) is ``partial_secret``, marker
   included: a proxy that redacts each stream event on its own leaves the rest of a split token in the next.
 
 Git and content hashes, UUIDs, base64 images, versions, dates, paths, URLs without a password and ordinary
-words are left alone (tests/test_redaction_corpus.py). Every rule is linear in the text (a literal anchor or a
-``needle`` the text must hold, bounded classes, no nested quantifiers over the same characters); ~0.3-0.7 ms
-per 8 KiB (``benchmarks/redaction_speed.py``). Imports nothing of ours but ``lazyre``, so any module may use it.
+words are left alone (tests/test_redaction_corpus.py). Every rule is linear in the text (a literal start or a
+prefilter that has one, bounded classes, token rules tried only around long runs of token characters and at
+most ``scan._LONGEST`` characters from each start); 0.16-0.65 ms per 8 KiB of notes and Markdown, ~1.4 ms for
+text dense with secrets (``benchmarks/redaction_speed.py``). Imports nothing of ours but ``lazyre``, so any
+module may use it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The secret rules: detect-secrets' patterns where they fit (``upstream.py``), and ours for what it lacks.
 
-Each rule is one regular expression with a literal anchor (or a cheap ``needle`` that must be in the text
-for it to run), bounded classes and no nested quantifiers over the same characters: linear on any input.
+Each rule is one regular expression with a literal start (or a ``prefilter`` with one that the text must match
+for it to run), bounded classes and no nested quantifiers over the same characters; a token rule (``token``)
+is a prefixed token, tried where a run of token characters starts (``scan.Dispatch``).
 ``UPSTREAM`` says, for every pattern of the detect-secrets snapshot, which kind it reports or why it is not
 used; tests/test_redaction_upstream.py fails when the snapshot has a pattern without a decision.
 """
