@@ -73,20 +73,26 @@ def get_file(
 ) -> dict[str, Any]:
     """Read a memory file or a 1-based slice of its lines: ``{path, text}`` or ``{path, text: "", error}``.
 
+    ``path`` may be the one a citation shows, with a secret in it redacted (``memory/deploy-[REDACTED:
+    github_token].md``) when that names one file; the answer's ``path`` is always the shown one.
     A memory file that does not exist yet returns empty text, not an error. Only regular files with one
     link are opened (a FIFO, a device, a socket or a hard link is refused without being opened), and at
     most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
     line with ``truncated: true`` and a ``note`` saying so.
     """
-    shown = path if isinstance(path, str) else repr(path)
+    from mdmemory.redaction import redact_path  # here: memory_get of a plain path needs no secret rules
+
+    shown = redact_path(path) if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return {"path": shown, "text": "", "error": f"'{name}' must be a whole number >= 1, got {value!r}"}
+    if isinstance(path, str) and "[REDACTED:" in path:
+        path = _unredacted(workspace, path)
     try:
         target = workspace.resolve_for_read(path)
     except WorkspaceError as exc:
-        return {"path": shown, "text": "", "error": str(exc)}
-    rel = workspace.rel(target)
+        return {"path": shown, "text": "", "error": redact_path(str(exc))}
+    rel = redact_path(workspace.rel(target))
     try:
         text, size = read_capped(target, max_bytes, shown=rel)
     except FileNotFoundError:
@@ -110,3 +116,14 @@ def get_file(
             "agents.defaults.memorySearch.maxFileBytes to read more, or split the file"
         )
     return out
+
+
+def _unredacted(workspace: Workspace, shown: str) -> str:
+    """The memory file a citation names when its path holds a redacted secret (``memory/deploy-[REDACTED:
+    github_token].md``, as search, pack and recall show it): the one file whose shown path is ``shown``, so an
+    agent can follow the citation; ``shown`` itself when there is no such file or more than one."""
+    from mdmemory.redaction import redact_path
+
+    wanted = shown.strip().replace("\\", "/")
+    found = [f.rel for f in workspace.discover() if redact_path(f.rel) == wanted]
+    return found[0] if len(found) == 1 else shown

@@ -206,4 +206,7 @@ def test_a_token_in_a_file_name_never_shows_and_get_still_reads_the_file(corpus_
     assert f"Source: {shown}#L" in pack["bundleText"]
     assert all(TOKEN_NAME not in r["ref"] for r in pack["trace"])
     got = corpus_mem.get(f"memory/deploy-{TOKEN_NAME}.md")  # the caller's own path still reads the file
-    assert "Fridays" in got["text"] and "error" not in got
+    assert "Fridays" in got["text"] and "error" not in got and got["path"] == shown
+    cited = corpus_mem.get(shown, from_line=3, lines=1)  # and so does the path a citation shows
+    assert cited == {"path": shown, "text": "The walrus deploy runs on Fridays."}
+    assert corpus_mem.get("memory/[REDACTED:github_token].md")["text"] == ""  # names no file: nothing

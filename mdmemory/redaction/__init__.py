@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import functools
 
+from mdmemory.lazyre import lazy
 from mdmemory.redaction.rules import OWN, RULES
 from mdmemory.redaction.scan import (
     Dispatch,
@@ -147,9 +148,19 @@ def redact(text: str, *, keep_lines: bool = False) -> str:
     return "".join(parts)
 
 
-@functools.lru_cache(maxsize=4096)
+_PATH_GATE = lazy(r"[A-Za-z0-9_+=]{10}|[=:@\s]")
+"""What a path holding a secret has: a run of 10+ token characters (every token rule needs one) or an
+assignment, a URL's ``user:password@`` or a space (``password is ...``). ``memory/2026-03-09.md`` has none,
+so ``memory_get`` does not compile the rules to show it."""
+
+
 def redact_path(path: str) -> str:
     """A file path as outputs show it (``path``, ``ref``, ``Source:`` lines, receipts): a token in a file name
     becomes its marker too. Paths recur in every answer, so the last 4,096 are remembered. The path a caller
     passes in (``memory_get``) is theirs and is never changed; only what mdmemory prints is."""
+    return _redact_path(path) if _PATH_GATE.search(path) is not None else path
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_path(path: str) -> str:
     return redact(path)
