@@ -269,6 +269,7 @@ LOOK_ALIKES: list[str] = [
     "Already redacted: [REDACTED:openai_key] and Bearer [REDACTED:bearer_token].",
     "***Important:*** read this first, then ***the rest***. A rule:\n\n***\n",
     "A redacted value stays [redacted] and <redacted> in the log; the [REDACTED] note too.",
+    "Source: memory/deploy-[REDACTED:github_token].md#L3 and [REDACTED:openai_key]/v1 and [redacted].",
     "base64 of prose: SGVsbG8gd29ybGQsIHRoaXMgaXMgb25seSBhIHRlc3Qgb2YgYmFzZTY0IHRleHQu",
     "Kubernetes pod my-deployment-7f9d8c6b5-x2x9z restarted; node ip-10-0-12-34.ec2.internal.",
     "password_policy:\n  min_length: 12\n  rotation_days: 90",

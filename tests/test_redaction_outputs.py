@@ -13,6 +13,7 @@ import pytest
 
 from mdmemory.agent.dispatch import call_tool
 from mdmemory.memory import Memory
+from mdmemory.redaction import redact
 from tests.conftest import write
 
 KEY = "sk-" + "proj-" + "Qm9vbGVhbjEy" + "X7kPz3rT9wLq2Vn8" + "Hc4Yd6"  # assembled: no key-shaped literal
@@ -192,6 +193,7 @@ def test_look_alikes_reach_every_output_unchanged(corpus_mem: Memory) -> None:
 
 def test_a_token_in_a_file_name_never_shows_and_get_still_reads_the_file(corpus_mem: Memory) -> None:
     shown = "memory/deploy-[REDACTED:github_token].md"
+    assert redact(shown) == shown  # redacting what was redacted changes nothing (recall redacts pack text again)
     search = corpus_mem.search("walrus deploy Fridays", min_score=0.0)
     pack = corpus_mem.pack("walrus deploy Fridays", budget_tokens=2000, trace=True)
     from mdmemory.service.recall import memories_of

@@ -367,7 +367,10 @@ def first_chars(rule: Rule) -> str:
 def glued_remainder(marker: str, rest: str, after: str) -> bool:
     """Whether ``rest``, glued to ``marker`` and followed by ``after``, is the remainder of a secret. After
     ``***`` (also Markdown's bold italics: ``***v2.0 notes***``) only a token-looking rest that is not closed
-    by ``*`` counts: 6+ characters mixing letters and digits."""
+    by ``*`` counts: 6+ characters mixing letters and digits. A rest that starts with ``.`` or ``/`` (a file
+    name's extension, a path: ``[REDACTED:github_token].md``) counts only when it is such a token too."""
     if marker == "***":
         return len(rest) >= 6 and mixed(rest) and after != "*"
+    if rest[0] in "./~+=":  # a file extension or a path after a marker (``[REDACTED:github_token].md``)
+        return len(rest) >= 8 and mixed(rest)
     return True
