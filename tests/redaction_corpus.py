@@ -228,6 +228,12 @@ def _cases() -> list[Case]:
         c("glued to <redacted>", f"token <redacted>{GITHUB[10:]}", (GITHUB[10:],), "partial_secret"),
         c("glued to ***", f"Bearer ***{BEARER[8:]}", (BEARER[8:],), "partial_secret"),
         c(
+            "a JWT cut before a dot",
+            f"Bearer [redacted].{JWT.split('.', 1)[1]}",
+            (JWT.split(".", 1)[1],),
+            "partial_secret",
+        ),
+        c(
             "glued to [REDACTED:kind]",
             f"[REDACTED:openai_key]{PROJECT_KEY[40:]}",
             (PROJECT_KEY[40:],),
