@@ -212,6 +212,20 @@ def _cases() -> list[Case]:
             "openai_key",
         ),
         c(
+            "url-encoded key in a query",
+            f"https://x.example/cb?state=1&token%3D{PROJECT_KEY}",
+            (PROJECT_KEY,),
+            "openai_key",
+        ),
+        c("url-encoded header", "Authorization%3A%20Bearer%20" + BEARER, (BEARER,), "bearer_token"),
+        c("url-encoded quotes", f"%22{GITHUB}%22", (GITHUB,), "github_token"),
+        c(
+            "keyed value wrapped",
+            f"aws_secret_access_key = {AWS_SECRET[:20]}\n  {AWS_SECRET[20:]}\nregion = us-east-1",
+            (AWS_SECRET[:20], AWS_SECRET[20:]),
+            None,
+        ),
+        c(
             "base64 of an env line",
             base64.b64encode(f"export GITHUB_TOKEN={GITHUB}\n".encode()).decode(),
             (),
@@ -292,6 +306,7 @@ LOOK_ALIKES: list[str] = [
     "Docker: ghcr.io/acme/mdmemory:0.1.0-alpine3.19 and postgres:16.4-bookworm.",
     "Emoji and CJK: 東京都千代田区 ✓ 👍🏽 — ordinary text, with a variation selector ☺️.",
     "Bearer\n\nNext paragraph starts here with ordinary words only.",
+    "Links https://example.com/a%20b%20c?q=1%26x and %E6%9D%B1%E4%BA%AC (Tokyo, URL-encoded) and 100%25 sure.",
     "aws_region = us-east-1 and aws_profile = default-profile",
     "password: required. The password rotated on 2026-01-05; a password manager 1Password; passwords 1 and 2.",
     "password policy v2.1 and password-reset flow, password length >= 12",

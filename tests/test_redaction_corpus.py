@@ -1,4 +1,4 @@
-"""The redaction corpus (tests/redaction_corpus.py): 90 real-shaped secrets of 48 kinds become
+"""The redaction corpus (tests/redaction_corpus.py): 94 real-shaped secrets of 48 kinds become
 ``[REDACTED:<kind>]`` with no piece left; 40+ look-alikes (hashes, UUIDs, base64 images, long words,
 identifiers, paths, URLs, versions, ISBNs, phone numbers...) survive byte for byte; every rule stays linear."""
 

@@ -24,8 +24,9 @@ The detector (``rules.py``, ``scan.py``):
   ``api_key``/``token``/``credentials``... (quoted, unquoted, XML, or in a YAML block on the next line; a
   password also after a space) when it is no placeholder and has some entropy.
 - **Normalised views**: Unicode's invisible characters (zero-width space, soft hyphen, joiners...) are ignored
-  for detection and the whole original span goes; a token wrapped over lines is joined; a base64 or hex run
-  whose decoding holds a secret goes whole (kind of the secret inside).
+  for detection and the whole original span goes; ``%XX`` escapes are decoded; a token wrapped over lines is
+  joined, and a secret ending a line goes on over a random-looking next line; a base64 or hex run whose
+  decoding holds a secret goes whole (kind of the secret inside).
 - **Composition**: the rest of a token glued to another redactor's marker (``Bearer [redacted]kQ9...``,
   ``[redacted-secret]...``, ``<redacted>``, ``***``, ``[REDACTED:kind]``) is ``partial_secret``, marker
   included: a proxy that redacts each stream event on its own leaves the rest of a split token in the next.
@@ -47,10 +48,12 @@ from mdmemory.redaction.rules import OWN, RULES
 from mdmemory.redaction.scan import (
     Dispatch,
     Span,
+    continued,
     encoded_spans,
     glued_spans,
     key_bodies,
     mapped,
+    percent_decoded,
     rule_spans,
     token_regions,
     without_ignorables,
@@ -117,16 +120,20 @@ def _find(text: str, decode: bool = True) -> list[Span]:
         found += wrapped_spans(text, _TOKENS, found)
     if decode:
         found += encoded_spans(text, lambda inner: _resolve(_find(inner, decode=False)), found)
-    return found
+    return continued(text, found) if "\n" in text else found
 
 
 def find_secrets(text: str) -> list[tuple[int, int, str]]:
-    """Spans ``(start, end, kind)`` of the secrets in ``text``: sorted by start and non-overlapping."""
+    """Spans ``(start, end, kind)`` of the secrets in ``text``: sorted by start and non-overlapping. The text is
+    also read without its invisible characters and with its ``%XX`` escapes decoded."""
     view = without_ignorables(text)
-    if view is None:
-        return _resolve(_find(text))
-    clean, offsets = view
-    return _resolve(mapped(_find(clean), offsets))
+    clean, offsets = view if view is not None else (text, None)
+    found = _find(clean)
+    decoded = percent_decoded(clean)
+    if decoded is not None:
+        plain, starts, ends = decoded
+        found += [(starts[s], ends[e - 1], kind) for s, e, kind in _find(plain)]
+    return _resolve(mapped(found, offsets) if offsets is not None else found)
 
 
 def redact(text: str, *, keep_lines: bool = False) -> str:

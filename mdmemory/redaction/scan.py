@@ -143,6 +143,35 @@ def mapped(spans: list[Span], offsets: list[int]) -> list[Span]:
     return [(offsets[s], offsets[e - 1] + 1, kind) for s, e, kind in spans]
 
 
+_PERCENT = lazy(r"%[0-9A-Fa-f]{2}")
+
+
+def percent_decoded(text: str) -> tuple[str, list[int], list[int]] | None:
+    """``text`` with each ``%XX`` escape decoded to its character (``key%3Dsk-proj-...``, ``%22ghp_...%22``, a
+    header URL-encoded as a whole), and where each character of that view starts and ends in ``text``; None
+    without escapes.
+    Each escape decodes to one character (a byte), so an escaped non-ASCII letter does not line up, and
+    that is no matter: the secrets looked for are ASCII."""
+    if "%" not in text or _PERCENT.search(text) is None:
+        return None
+    pieces: list[str] = []
+    starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for m in _PERCENT.finditer(text):
+        pieces.append(text[pos : m.start()])
+        starts.extend(range(pos, m.start()))
+        ends.extend(range(pos + 1, m.start() + 1))
+        pieces.append(chr(int(m[0][1:], 16)))
+        starts.append(m.start())
+        ends.append(m.end())
+        pos = m.end()
+    pieces.append(text[pos:])
+    starts.extend(range(pos, len(text)))
+    ends.extend(range(pos + 1, len(text) + 1))
+    return "".join(pieces), starts, ends
+
+
 # -- keys wrapped over lines ----------------------------------------------------------------------------------
 _SIDE = 9  # a wrapped key has this many token characters on one side of a break at least
 
@@ -223,6 +252,22 @@ def wrapped_spans(text: str, tokens: Dispatch, found: list[Span]) -> list[Span]:
             if (s, crossed[0][0]) in whole and not _random_looking(text[crossed[0][1] : e]):
                 continue
             out.append((s, e, kind))
+    return out
+
+
+_CONTINUATION = lazy(r"\r?\n[ \t>]*([A-Za-z0-9+/=_.-]{8,4096})(?=[ \t]*(?:\r?\n|$))")
+
+
+def continued(text: str, spans: list[Span]) -> list[Span]:
+    """Secrets of 12+ characters that end a line and go on alone on the next one, which looks random (a
+    value wrapped by an editor or a terminal: ``aws_secret_access_key = <20 characters>`` / ``<20 more>``):
+    grown over the continuation lines."""
+    out: list[Span] = []
+    for start, end, kind in spans:
+        if end - start >= 12 and kind not in ("private_key", "partial_secret"):
+            while (m := _CONTINUATION.match(text, end)) is not None and _random_looking(m[1]):
+                end = m.end(1)
+        out.append((start, end, kind))
     return out
 
 
