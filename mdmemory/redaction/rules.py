@@ -360,7 +360,7 @@ def first_chars(rule: Rule) -> str:
     if rule.starts:
         return rule.starts
     if source[:1].isalnum() and source[1:2] not in ("?", "*", "{"):
-        return source[0].swapcase() + source[0] if rule.pattern.flags & re.IGNORECASE else source[0]
+        return source[0].swapcase() + source[0] if rule.pattern.flags & int(re.IGNORECASE) else source[0]
     raise ValueError(f"token rule {rule.kind} {source[:40]!r} needs starts=")
 
 
