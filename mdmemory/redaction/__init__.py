@@ -95,14 +95,15 @@ def _lower(text: str) -> str:
 
 
 def _resolve(found: list[Span]) -> list[Span]:
-    """Sorted, non-overlapping: where spans overlap, the one starting first wins, then the longer, then the
-    more specific kind."""
+    """Sorted, non-overlapping: overlapping spans become one, covering both (no piece of either survives),
+    with the kind of the one starting first, then of the longer, then the more specific."""
     spans: list[Span] = []
-    last_end = 0
     for start, _, _, end, kind in sorted((s, -(e - s), _PRIORITY[k], e, k) for s, e, k in found):
-        if start >= last_end:
-            spans.append((start, end, kind))
-            last_end = end
+        if spans and start < spans[-1][1]:
+            if end > spans[-1][1]:
+                spans[-1] = (spans[-1][0], end, spans[-1][2])
+            continue
+        spans.append((start, end, kind))
     return spans
 
 
