@@ -80,13 +80,13 @@ def get_file(
     most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
     line with ``truncated: true`` and a ``note`` saying so.
     """
-    from mdmemory.redaction import redact_path  # here: memory_get of a plain path needs no secret rules
+    from mdmemory.redaction import MARKER_PREFIX, redact_path  # here: memory_get of a plain path needs no rules
 
     shown = redact_path(path) if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return {"path": shown, "text": "", "error": f"'{name}' must be a whole number >= 1, got {value!r}"}
-    if isinstance(path, str) and "[REDACTED:" in path:
+    if isinstance(path, str) and MARKER_PREFIX in path:
         path = _unredacted(workspace, path)
     try:
         target = workspace.resolve_for_read(path)

@@ -58,3 +58,32 @@ def test_kinds_the_new_detector_knows_are_scrubbed_too() -> None:
     assert looks_secret(f"push failed for {token}")
     assert scrub(f"push failed for {token}") == "push failed for [REDACTED:github_token]"
     assert redact_value({"note": f"use {token}"}) == {"note": "[REDACTED]"}
+
+
+def test_one_marker_format_in_the_package() -> None:
+    """No module outside mdmemory.redaction writes a marker of its own (``***``, ``<redacted>``, a hand-made
+    ``[REDACTED...]``): they all use that package's (docstrings aside)."""
+    import ast
+    from pathlib import Path
+
+    import mdmemory
+
+    root = Path(mdmemory.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.parent.name == "redaction":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docs = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                value = node.value
+                if value == "***" or "<redacted>" in value.lower() or value.startswith("[REDACTED"):
+                    found.append(f"{path.relative_to(root)}: {value!r}")
+    assert found == [], found

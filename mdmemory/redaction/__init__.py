@@ -60,10 +60,12 @@ from mdmemory.redaction.scan import (
     wrapped_spans,
 )
 
-__all__ = ["KINDS", "REDACTED", "find_secrets", "marker", "redact", "redact_path"]
+__all__ = ["KINDS", "MARKER_PREFIX", "REDACTED", "find_secrets", "marker", "redact", "redact_path"]
 
 REDACTED = "[REDACTED]"
 """What stands for a secret whose kind is unknown (a config value, a header value)."""
+MARKER_PREFIX = "[REDACTED:"
+"""How every marker of a known kind starts (``[REDACTED:<kind>]``)."""
 
 _GENERIC = ("url_password", "bearer_token", "basic_auth", "npm_token", "keyed_secret", "partial_secret")
 KINDS: tuple[str, ...] = tuple(
@@ -84,7 +86,7 @@ _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 def marker(kind: str) -> str:
     """``[REDACTED:<kind>]``: what a secret of ``kind`` becomes."""
-    return f"[REDACTED:{kind}]"
+    return f"{MARKER_PREFIX}{kind}]"
 
 
 def _lower(text: str) -> str:
