@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from mdmemory.lazyre import LazyPattern, lazy
 from mdmemory.redaction.upstream import DENYLISTS
 
-TOKEN_CHARS = "A-Za-z0-9_-"
-"""What a prefixed token is made of; a token rule's match grows to the end of a run of these."""
-
 
 @dataclass(frozen=True, slots=True)
 class Rule:
