@@ -141,7 +141,7 @@ def _convert(tp: Any, value: Any) -> Any:
 
 
 def show(value: Any, secret: bool = False) -> str:
-    """``value`` for an error message: JSON, at most 80 characters, with secrets replaced by <redacted>.
+    """``value`` for an error message: JSON, at most 80 characters, with secrets replaced by ``[REDACTED]``.
 
     ``secret`` marks a value of a secret field (apiKey, headers). Besides those, any string that looks like a
     credential (``sk-...``, ``Bearer ...``, a URL with user:password) is redacted wherever it was put, and so

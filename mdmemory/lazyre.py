@@ -32,6 +32,11 @@ class LazyPattern:
     def pattern(self) -> str:
         return self._source
 
+    @property
+    def flags(self) -> int:
+        """The flags given (without those ``re`` adds, such as ``re.UNICODE``)."""
+        return self._flags
+
     def search(self, text: str, *args: int) -> re.Match[str] | None:
         return self.compiled.search(text, *args)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mdmemory.redaction import redact_path
 from mdmemory.scoring import log_date
 from mdmemory.workspace import ROOT_FILES
 
@@ -36,7 +37,7 @@ class PackItem:
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "ref": self.ref,
-            "path": self.path,
+            "path": redact_path(self.path),
             "startLine": self.start_line,
             "endLine": self.end_line,
             "text": self.text,
@@ -107,7 +108,9 @@ class Pack:
 
 
 def cite(path: str, start: int, end: int) -> str:
-    """``path#Lx-Ly``, or ``path#Lx`` for one line."""
+    """``path#Lx-Ly``, or ``path#Lx`` for one line; a secret in the path shows as its marker (a citation is
+    output: bundles, receipts, ``Source:`` lines)."""
+    path = redact_path(path)
     return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
 
 

@@ -1,9 +1,11 @@
-"""Secret detection: which names carry credentials and which strings look like one.
+"""Secret detection for configuration, errors and headers: which names carry credentials and which strings
+look like one.
 
 One place for the rules shared by the remote provider (header and URL query names, text quoted from a
-server) and the config loader (values echoed in its error messages). Besides its own broad patterns (any
-``sk-`` word, any ``Bearer`` value), it also treats what ``mdmemory.redaction`` detects as secret. Imports only
-that module, so any module can use it without an import cycle.
+server) and the config loader (values echoed in its error messages). It is broader than
+``mdmemory.redaction`` (any ``sk-`` word, any ``Bearer`` value, any user in a URL), which it applies first;
+the markers are that module's: ``[REDACTED:<kind>]`` where the kind is known, ``[REDACTED]`` for the value of
+a secret-looking key. Imports only that module, so any module can use it without an import cycle.
 """
 
 from __future__ import annotations
@@ -12,16 +14,17 @@ import re
 from collections.abc import Collection
 from typing import Any
 
-from mdmemory.redaction import find_secrets, redact
+from mdmemory.redaction import REDACTED, find_secrets, marker, redact
+
+__all__ = ["REDACTED", "SECRET_PATTERNS", "is_secret_name", "looks_secret", "redact_value", "scrub"]
 
 _SECRET_NAME = re.compile(r"auth|key|cookie|token|secret|passw|credential|session", re.IGNORECASE)
-SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"(?i)(bearer\s+)[^\s\"',}]+"),
-    re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"),
+SECRET_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"(?i)(bearer\s+)(?!\[REDACTED)[^\s\"',}]+"), "bearer_token"),
+    (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "openai_key"),
+    (re.compile(r"(?i)(\b[a-z][a-z0-9+.-]*://)(?!\[REDACTED)[^/\s@]+(?=@)"), "url_password"),
 )
-"""Secret-looking text; group 1, when present, is a prefix to keep (``Bearer ``)."""
-_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^/\s@]+@")
-REDACTED = "<redacted>"
+"""Secret-looking text and its kind; group 1, when present, is a prefix to keep (``Bearer ``, ``https://``)."""
 
 
 def is_secret_name(name: str) -> bool:
@@ -30,25 +33,22 @@ def is_secret_name(name: str) -> bool:
 
 
 def looks_secret(text: str) -> bool:
-    """True when ``text`` holds a bearer token, an ``sk-`` API key or a URL with user:password."""
-    return (
-        _URL_USERINFO.search(text) is not None
-        or any(p.search(text) for p in SECRET_PATTERNS)
-        or bool(find_secrets(text))
-    )
+    """True when ``text`` holds a bearer token, an ``sk-`` API key, a URL with user info or anything
+    ``mdmemory.redaction`` detects."""
+    return any(p.search(text) for p, _ in SECRET_PATTERNS) or bool(find_secrets(text))
 
 
 def scrub(text: str) -> str:
-    """``text`` with every secret-looking part (see ``looks_secret``) replaced by ``***`` (or by
-    ``[REDACTED:<kind>]`` where ``mdmemory.redaction`` recognises the kind)."""
+    """``text`` with every secret-looking part (see ``looks_secret``) replaced by ``[REDACTED:<kind>]``."""
     text = redact(text)
-    for pattern in SECRET_PATTERNS:
-        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
-    return _URL_USERINFO.sub(lambda m: m.group(0).split("//", 1)[0] + "//***@", text)
+    for pattern, kind in SECRET_PATTERNS:
+        shown = marker(kind)
+        text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + shown, text)  # noqa: B023
+    return text
 
 
 def redact_value(value: Any, public: Collection[str] = ()) -> Any:
-    """JSON-like ``value`` with secrets replaced by ``<redacted>``, at any depth: the value of every
+    """JSON-like ``value`` with secrets replaced by ``[REDACTED]``, at any depth: the value of every
     secret-looking key (except the names in ``public``, such as a config's ``tokens``) and every string
     that looks like a credential."""
     if isinstance(value, dict):

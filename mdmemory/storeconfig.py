@@ -7,7 +7,8 @@
   health, watcher, worker and circuit-breaker files beside it).
 
 The URL may hold a password: it is never shown, not in a message, a status or a ``repr`` (``shown_url``
-replaces it by ``***``). Imports nothing of mdmemory's but the error types, so ``config`` can use it.
+replaces it by ``[REDACTED]``, mdmemory.redaction's marker). Imports nothing of mdmemory's but the error types
+and that marker, so ``config`` can use it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from mdmemory.errors import ConfigError
+from mdmemory.redaction import REDACTED
 
 DEFAULT_STORE_PATH = "{home}/state/memory/{agentId}.sqlite"
 DEFAULT_SCHEMA = "mdmemory"
@@ -66,8 +68,8 @@ class StoreConfig:
 
 
 def shown_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``: what messages and status may print."""
-    return _PASSWORD_PARAM.sub(r"\g<head>***", _PASSWORD.sub(r"\g<head>***\g<at>", url))
+    """``url`` with any password replaced by ``[REDACTED]``: what messages and status may print."""
+    return _PASSWORD_PARAM.sub(rf"\g<head>{REDACTED}", _PASSWORD.sub(rf"\g<head>{REDACTED}\g<at>", url))
 
 
 def resolve_store(store: StoreConfig, key: str, env: Mapping[str, str], source: str | None) -> StoreConfig:

@@ -32,10 +32,11 @@ def search_response(
     With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
     ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
-    which the caller reports as warnings). Secrets in snippets are ``[REDACTED:<kind>]`` (mdmemory.redaction).
+    which the caller reports as warnings). Secrets in snippets, paths and citations are ``[REDACTED:<kind>]``
+    (mdmemory.redaction).
     """
     from mdmemory.packitems import cite  # here, not at the top: memory_get needs neither the search nor the pack
-    from mdmemory.redaction import redact
+    from mdmemory.redaction import redact, redact_path
     from mdmemory.snippets import SNIPPET_CHARS, make_snippet
 
     results = []
@@ -47,7 +48,7 @@ def search_response(
         text, heading = redact(c.text), redact(c.heading) if c.heading else c.heading
         snippet = make_snippet(text, outcome.terms, heading, limit=max(SNIPPET_CHARS - len(footer), 100))
         result: dict[str, Any] = {
-            "path": c.path,
+            "path": redact_path(c.path),
             "startLine": c.start_line,
             "endLine": c.end_line,
             "score": round(float(h.score), 4),
@@ -72,6 +73,8 @@ def get_file(
 ) -> dict[str, Any]:
     """Read a memory file or a 1-based slice of its lines: ``{path, text}`` or ``{path, text: "", error}``.
 
+    ``path`` may be the one a citation shows, with a secret in it redacted (``memory/deploy-[REDACTED:
+    github_token].md``) when that names one file; the answer's ``path`` is always the shown one.
     A memory file that does not exist yet returns empty text, not an error. Only regular files with one
     link are opened (a FIFO, a device, a socket or a hard link is refused without being opened), and at
     most ``max_bytes`` (memorySearch.maxFileBytes) are read: a longer file comes back cut at its last whole
@@ -79,15 +82,19 @@ def get_file(
     search cites them (mdmemory.fileread.split_lines: only ``\\n`` ends a line) and returns them without
     their line endings, joined by ``\\n``.
     """
-    shown = path if isinstance(path, str) else repr(path)
+    from mdmemory.redaction import MARKER_PREFIX, redact_path  # here: memory_get of a plain path needs no rules
+
+    shown = redact_path(path) if isinstance(path, str) else repr(path)
     for name, value in (("from", from_line), ("lines", lines)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             return {"path": shown, "text": "", "error": f"'{name}' must be a whole number >= 1, got {value!r}"}
+    if isinstance(path, str) and MARKER_PREFIX in path:
+        path = _unredacted(workspace, path)
     try:
         target = workspace.resolve_for_read(path)
     except WorkspaceError as exc:
-        return {"path": shown, "text": "", "error": str(exc)}
-    rel = workspace.rel(target)
+        return {"path": shown, "text": "", "error": redact_path(str(exc))}
+    rel = redact_path(workspace.rel(target))
     try:
         text, size = read_capped(target, max_bytes, shown=rel)
     except FileNotFoundError:
@@ -111,3 +118,14 @@ def get_file(
             "agents.defaults.memorySearch.maxFileBytes to read more, or split the file"
         )
     return out
+
+
+def _unredacted(workspace: Workspace, shown: str) -> str:
+    """The memory file a citation names when its path holds a redacted secret (``memory/deploy-[REDACTED:
+    github_token].md``, as search, pack and recall show it): the one file whose shown path is ``shown``, so an
+    agent can follow the citation; ``shown`` itself when there is no such file or more than one."""
+    from mdmemory.redaction import redact_path
+
+    wanted = shown.strip().replace("\\", "/")
+    found = [f.rel for f in workspace.discover() if redact_path(f.rel) == wanted]
+    return found[0] if len(found) == 1 else shown

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mdmemory.query import WORD, fold
-from mdmemory.redaction import find_secrets
+from mdmemory.redaction import find_secrets, marker
 from mdmemory.scoring import same_stem
 from mdmemory.tokens import CJK_RUN
 
@@ -109,7 +109,7 @@ class FileLines:
             if e <= a or s >= b:
                 continue
             s, e = max(s, a), min(e, b)
-            parts += [text[pos - a : s - a], f"[REDACTED:{kind}]"]
+            parts += [text[pos - a : s - a], marker(kind)]
             pos = e
         return "".join(parts) + text[pos - a :]
 

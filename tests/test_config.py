@@ -494,7 +494,7 @@ def test_secrets_never_appear_in_messages(tmp_path: Path, env: dict[str, str], s
 
 def test_secret_values_are_redacted(tmp_path: Path, env: dict[str, str]) -> None:
     message = str(error(tmp_path, env, ms({"remote": {"apiKey": 12345}})))
-    assert "remote.apiKey: expected a string or null, got <redacted>. Fix:" in message
+    assert "remote.apiKey: expected a string or null, got [REDACTED]. Fix:" in message
     assert "12345" not in message
 
 
@@ -534,7 +534,7 @@ PLAIN = "hunter2-plain-value"  # a secret no pattern recognises: only where it w
         ({"agents": {"defaults": {"userTimezone": SECRET}}}, "agents.defaults.userTimezone"),
         ({"agents": {"list": [{"id": f"{SECRET} x"}]}}, "agents.list[0].id"),
         # a credential pasted as a key name
-        (ms({"remote": {SECRET: True}}), "agents.defaults.memorySearch.remote.***"),
+        (ms({"remote": {SECRET: True}}), "agents.defaults.memorySearch.remote.[REDACTED:openai_key]"),
     ],
 )
 def test_a_secret_is_never_echoed_whatever_the_error(
@@ -547,7 +547,7 @@ def test_a_secret_is_never_echoed_whatever_the_error(
 
 def test_a_credential_as_an_ignored_key_name_is_not_listed(tmp_path: Path, env: dict[str, str]) -> None:
     cfg = load_config(write(tmp_path, {"gateway": {}, SECRET: 1, "agents": {"defaults": {f"Bearer {PLAIN}": 1}}}), env)
-    assert cfg.ignored_keys == ("gateway", "***", "agents.defaults.Bearer ***")
+    assert cfg.ignored_keys == ("gateway", "[REDACTED:openai_key]", "agents.defaults.Bearer [REDACTED:bearer_token]")
 
 
 def test_public_keys_that_look_secret_are_still_shown(tmp_path: Path, env: dict[str, str]) -> None:

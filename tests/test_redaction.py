@@ -206,5 +206,7 @@ def test_the_middle_of_a_pem_block_alone_is_still_key_material() -> None:
     out = redact(text)
     assert not any(line in out for line in body[1:])
     assert out == "...continued from the previous chunk:\n[REDACTED:private_key]\n-----END"
-    two = "\n".join(body[:2])  # two lines are not enough to call it a key
-    assert redact(two) == two
+    two = "\n".join(body[1:3])  # a two-line fragment of a key is key material too
+    assert redact(two) == "[REDACTED:private_key]"
+    one = body[2]  # one line alone is not (it could be any base64)
+    assert redact(one) == one

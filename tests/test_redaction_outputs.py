@@ -13,6 +13,7 @@ import pytest
 
 from mdmemory.agent.dispatch import call_tool
 from mdmemory.memory import Memory
+from mdmemory.redaction import redact
 from tests.conftest import write
 
 KEY = "sk-" + "proj-" + "Qm9vbGVhbjEy" + "X7kPz3rT9wLq2Vn8" + "Hc4Yd6"  # assembled: no key-shaped literal
@@ -90,3 +91,124 @@ def test_tool_dispatcher_results_never_hold_a_secret(mem: Memory) -> None:
 def test_memory_get_returns_the_file_as_it_is(mem: Memory) -> None:
     # memory_get is how an agent reads (and then edits) its own notes: verbatim, secrets included
     assert mem.get("MEMORY.md")["text"] == MEMORY
+
+
+# -- every prompt-bound output, table-driven over a sample of the corpus (tests/redaction_corpus.py) -----------
+SAMPLE = [
+    "pem block",
+    "pem body, two lines",
+    "key wrapped over two lines",
+    "zero-width space inside a key",
+    "base64 of a key",
+    "yaml password block",
+    "bearer then a newline",
+    "basic credentials",
+    "stripe live",
+    "google api key",
+    "gitlab personal",
+    "hugging face",
+    "PGPASSWORD",
+    "glued to [redacted]",
+]
+SURVIVORS = [
+    "3f9a2b1c4d5e6f708192a3b4c5d6e7f809102132",
+    "123e4567-e89b-12d3-a456-426614174000",
+    "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+    "AbstractSingletonProxyFactoryBean",
+    "antidisestablishmentarianism",
+    "https://example.com:8443/path?q=1",
+    "978-3-16-148410-0",
+]
+
+
+def _corpus_notes() -> tuple[str, list[str]]:
+    from tests.redaction_corpus import SECRETS
+    from tests.test_redaction_corpus import secrets_of
+
+    cases = {c.name: c for c in SECRETS}
+    parts, secrets = ["# Vault notes", ""], []
+    for i, name in enumerate(SAMPLE):
+        parts += [f"## Walrus item {i}", "", f"The walrus item {i} credential:", cases[name].text, ""]
+        secrets += secrets_of(cases[name])
+    return "\n".join(parts), secrets
+
+
+LOOKS = "# Zebra\n\nZebra look-alikes: " + " ".join(SURVIVORS) + "\n"
+
+
+def _pieces_left(value: object, secrets: list[str], size: int = 12) -> list[str]:
+    text = json.dumps(value, ensure_ascii=False)
+    return [s[i : i + size] for s in secrets for i in range(max(1, len(s) - size + 1)) if s[i : i + size] in text]
+
+
+TOKEN_NAME = "gh" + "p_" + "Zq8Wm3Kx7Lp2Vn9Rt4Bc6Yd1Hf5Js0Ga2" + "E"  # a token in a file name
+
+
+@pytest.fixture
+def corpus_mem(workspace: Path, make_memory: Callable[..., Memory]) -> Memory:
+    notes, _ = _corpus_notes()
+    write(workspace / "MEMORY.md", notes)
+    write(workspace / f"memory/deploy-{TOKEN_NAME}.md", "# Deploy\n\nThe walrus deploy runs on Fridays.\n")
+    write(workspace / "memory/zebra.md", LOOKS)
+    write(workspace / "memory/2026-03-09.md", notes + "\n" + LOOKS)
+    return make_memory(provider="hash")
+
+
+def _outputs(mem: Memory, query: str) -> dict[str, object]:
+    from mdmemory.service.contract import BLOCKED_KINDS  # noqa: F401 - the recall module's limits
+    from mdmemory.service.recall import memories_of
+    from mdmemory.service.sessionlog import render_entry
+    from tests.service_bodies import openai_entry
+
+    notes, _ = _corpus_notes()
+    pack = mem.pack(query, budget_tokens=8000, trace=True)
+    return {
+        "retain -> session file": render_entry(openai_entry(notes, notes + LOOKS), {"timezone": "UTC"})[2],
+        "search": mem.search(query, min_score=0.0, max_results=30),
+        "pack": pack,
+        "recall": memories_of(mem.pack(query, budget_tokens=1500, max_items=8)),
+        "context": mem.session_context("main", "2026-03-09"),
+        "tool memory_search": call_tool(mem, "memory_search", {"query": query, "minScore": 0}),
+    }
+
+
+def test_no_output_bound_for_a_prompt_holds_a_piece_of_a_secret(corpus_mem: Memory) -> None:
+    _, secrets = _corpus_notes()
+    outputs = _outputs(corpus_mem, "walrus item credential")
+    for name, value in outputs.items():
+        assert not _pieces_left(value, secrets), f"{name}: {_pieces_left(value, secrets)[:3]}"
+        assert "walrus" in json.dumps(value).lower(), f"{name} found the notes"
+    assert "[REDACTED:private_key]" in outputs["context"]["text"]  # type: ignore[index]
+
+
+def test_look_alikes_reach_every_output_unchanged(corpus_mem: Memory) -> None:
+    outputs = _outputs(corpus_mem, "zebra look-alikes")
+    for name, value in outputs.items():
+        if name == "recall":
+            continue  # recall keeps the top blocks only
+        text = json.dumps(value)
+        missing = [s for s in SURVIVORS if s not in text]
+        assert not missing, f"{name} lost {missing}"
+
+
+def test_a_token_in_a_file_name_never_shows_and_get_still_reads_the_file(corpus_mem: Memory) -> None:
+    shown = "memory/deploy-[REDACTED:github_token].md"
+    assert redact(shown) == shown  # redacting what was redacted changes nothing (recall redacts pack text again)
+    search = corpus_mem.search("walrus deploy Fridays", min_score=0.0)
+    pack = corpus_mem.pack("walrus deploy Fridays", budget_tokens=2000, trace=True)
+    from mdmemory.service.recall import memories_of
+
+    recall = memories_of(corpus_mem.pack("walrus deploy Fridays", budget_tokens=1500, max_items=8))
+    for name, value in {"search": search, "pack": pack, "recall": recall}.items():
+        assert TOKEN_NAME not in json.dumps(value) and TOKEN_NAME[4:16] not in json.dumps(value), name
+        assert shown in json.dumps(value), name
+    hit = next(r for r in search["results"] if r["path"] == shown)
+    assert hit["snippet"] and "Fridays" in hit["snippet"]
+    assert any(f"Source: {shown}#L" in m["text"] for m in recall)
+    assert f"Source: {shown}#L" in pack["bundleText"]
+    assert all(TOKEN_NAME not in r["ref"] for r in pack["trace"])
+    got = corpus_mem.get(f"memory/deploy-{TOKEN_NAME}.md")  # the caller's own path still reads the file
+    assert "Fridays" in got["text"] and "error" not in got and got["path"] == shown
+    cited = corpus_mem.get(shown, from_line=3, lines=1)  # and so does the path a citation shows
+    assert cited == {"path": shown, "text": "The walrus deploy runs on Fridays."}
+    assert corpus_mem.get("memory/[REDACTED:github_token].md")["text"] == ""  # names no file: nothing

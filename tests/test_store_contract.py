@@ -137,7 +137,7 @@ def test_status_names_the_backend_and_never_the_password(
     assert status["storeState"]["state"] == "ok" and status["files"] == 4 and status["vectors"] == 4
     assert Path(f"{mem.agent.store_path}.health.json").is_file()  # this host's state files of the agent
     if store:
-        assert status["store"].startswith("postgresql://postgres:***@") and store["schema"] in status["store"]
+        assert status["store"].startswith("postgresql://postgres:[REDACTED]@") and store["schema"] in status["store"]
         assert status["storeState"]["freeBytes"] is None  # not this machine's disk
     else:
         assert status["store"] == str(mem.agent.store_path)

@@ -4,6 +4,9 @@ Today's and yesterday's daily logs (``memory/YYYY-MM-DD.md``, dates in ``userTim
 main private session only, ``MEMORY.md``. Group contexts never get ``MEMORY.md``: it holds the user's
 private long-term memory.
 
+Secrets in the files become ``[REDACTED:<kind>]`` (mdmemory.redaction, as in recall, pack and search; a
+secret over several lines keeps its line breaks, so the line numbers the notes cite are the file's).
+
 The text is bounded by ``sessionContext.maxChars`` (headings and notes included). When it does not fit,
 today's log keeps its room first, then ``MEMORY.md``, then yesterday's log; a daily log loses its oldest
 lines and ``MEMORY.md`` its last ones, whole lines only, and a note in the text says which lines were
@@ -25,6 +28,7 @@ from typing import Any, Literal
 from mdmemory.agent import clock
 from mdmemory.config import AgentConfig
 from mdmemory.errors import ConfigError
+from mdmemory.redaction import redact
 from mdmemory.tools import get_file
 from mdmemory.workspace import ROOT_FILES, Workspace
 
@@ -111,7 +115,8 @@ class _Reader:
         if whole and got.get("truncated"):
             self.skipped.append({"path": rel, "error": got["note"]})
             return ""
-        return str(got["text"]).rstrip()
+        # prompt-bound: secrets go as in recall, pack and search; line numbers stay the file's for memory_get
+        return redact(str(got["text"]).rstrip(), keep_lines=True)
 
 
 def _long_term(workspace: Workspace, reader: _Reader) -> list[tuple[str, str]]:

@@ -44,8 +44,7 @@ from mdmemory.providers.transport import (
     parse_retry_after,
     read_capped,
 )
-from mdmemory.redact import SECRET_PATTERNS as _SECRET_PATTERNS
-from mdmemory.redact import is_secret_name
+from mdmemory.redact import REDACTED, is_secret_name, scrub
 from mdmemory.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -119,7 +118,7 @@ class _Secret:
         self.value = value
 
     def __repr__(self) -> str:
-        return "<redacted>"
+        return REDACTED
 
     __str__ = __repr__
 
@@ -182,8 +181,8 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         self._raw_base_url = raw_url
         self._api_key = _Secret(key)
         self._headers = _Secret(header_map)
-        scrub = [key, *header_map.values()]
-        self._scrub = _Secret(sorted({s for s in scrub if len(s) >= 4}, key=len, reverse=True))
+        values = [key, *header_map.values()]
+        self._scrub = _Secret(sorted({s for s in values if len(s) >= 4}, key=len, reverse=True))
         self._client: Any = None
         self._openai: Any = None
         self._tokenizer: Any = None  # None: not tried yet; False: unavailable
@@ -394,10 +393,8 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
 
     def _redact(self, text: str) -> str:
         for secret in self._scrub.value:
-            text = text.replace(secret, "***")
-        for pattern in _SECRET_PATTERNS:
-            text = pattern.sub(lambda m: (m.group(1) if m.groups() else "") + "***", text)
-        return text
+            text = text.replace(secret, REDACTED)
+        return scrub(text)
 
 
 def _field(obj: Any, name: str) -> Any:
