@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from mdmemory.errors import InvalidArgumentError
@@ -31,6 +32,9 @@ ENTRY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SHORT_QUERY_CHARS = 40  # a latest user message shorter than this takes some of the turn before it
 CONTEXT_CHARS = 200  # ... at most this much of it
 MAX_QUERY_CHARS = 2000
+MAX_REASON_BYTES = 1024  # a forget's reason, kept in sessions/.tombstones.jsonl
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # entry.ts: a day inside the years datetime can hold at each end
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 _MEMORY_BLOCK = re.compile(r"--- BEGIN MEMORY \(from [^)]*\) ---.*?--- END MEMORY ---", re.DOTALL)
 
 
@@ -82,6 +86,13 @@ def check_entry(body: dict[str, Any]) -> dict[str, Any]:
         raise bad("entry.id", "expected an id such as hist1_<sha256 hex> (1-128 of A-Z a-z 0-9 . _ : -)")
     if not isinstance(entry.get("ts"), str) or not entry["ts"]:
         raise bad("entry.ts", "required, an RFC 3339 time")
+    check_time(entry["ts"], "entry.ts")
+    for name in ("version", "status_code"):
+        check_int64(entry.get(name), f"entry.{name}")
+    usage = entry.get("usage")
+    if isinstance(usage, dict):
+        for name in ("prompt_tokens", "completion_tokens"):
+            check_int64(usage.get(name), f"entry.usage.{name}")
     resp = entry.get("response")
     if resp is not None and not isinstance(resp, dict):
         raise bad("entry.response", 'expected {format: "json"|"sse", json?, text?}')
@@ -102,7 +113,34 @@ def check_entry_ids(body: dict[str, Any]) -> list[str]:
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise bad("reason", "expected a string")
+    if isinstance(reason, str) and len(reason.encode("utf-8")) > MAX_REASON_BYTES:
+        size = len(reason.encode("utf-8"))
+        raise bad("reason", f"{size} bytes, over the limit of {MAX_REASON_BYTES}. Fix: say why in a sentence or two")
     return out
+
+
+def check_time(value: str, field: str) -> datetime:
+    """An RFC 3339 time within ``EARLIEST``..``LATEST`` (so that no time zone can move it out of the years a
+    date can have); InvalidArgumentError naming ``field`` otherwise."""
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        raise bad(field, f"{value[:40]!r} is not an RFC 3339 time such as 2026-11-23T10:00:00Z") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    try:
+        in_range = EARLIEST <= ts.astimezone(UTC) <= LATEST
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise bad(field, f"{value[:40]!r} is out of range: expected a time between years 0001 and 9999")
+    return ts
+
+
+def check_int64(value: Any, field: str) -> None:
+    """A number the proxy's Go ``int`` can hold (other types are left to the caller's defaults)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise bad(field, f"{str(value)[:40]} is out of range: expected a 64-bit integer")
 
 
 # -- message text --------------------------------------------------------------------------------------
