@@ -200,13 +200,22 @@ def _request(entry: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else an empty one: a body of the wrong shape is read as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _tool_line(name: Any) -> str:
     return str(name) if isinstance(name, str) and name else "tool"
 
 
 def _openai_message(msg: dict[str, Any]) -> tuple[str, list[str]]:
-    calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
-    tools = [_tool_line((c.get("function") or {}).get("name")) for c in calls]
+    calls = [c for c in _list(msg.get("tool_calls")) if isinstance(c, dict)]
+    tools = [_tool_line(_dict(c.get("function")).get("name")) for c in calls]
     return content_text(msg.get("content")), tools
 
 
@@ -239,8 +248,8 @@ def _sse_events(text: str) -> list[Any]:
             continue
         try:
             events.append(json.loads(data))
-        except ValueError:
-            continue
+        except (ValueError, RecursionError):
+            continue  # not an event (a line nested past the parser's depth included)
     return events
 
 
@@ -258,19 +267,19 @@ def response_sse(text: str) -> tuple[str, list[str]]:
                     continue
                 if isinstance(delta.get("content"), str):
                     parts.append(delta["content"])
-                for call in delta.get("tool_calls") or []:
+                for call in _list(delta.get("tool_calls")):
                     if isinstance(call, dict):
-                        key, name = ("o", call.get("index")), (call.get("function") or {}).get("name")
+                        key, name = ("o", repr(call.get("index"))), _dict(call.get("function")).get("name")
                         if name or key not in tools:
                             tools[key] = _tool_line(name)
         elif ev.get("type") == "content_block_start":  # Anthropic
-            block = ev.get("content_block") or {}
+            block = _dict(ev.get("content_block"))
             if block.get("type") == "tool_use":
-                tools[("a", ev.get("index"))] = _tool_line(block.get("name"))
+                tools[("a", repr(ev.get("index")))] = _tool_line(block.get("name"))
             elif block.get("type") == "text" and isinstance(block.get("text"), str):
                 parts.append(block["text"])
         elif ev.get("type") == "content_block_delta":
-            delta = ev.get("delta") or {}
+            delta = _dict(ev.get("delta"))
             if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                 parts.append(delta["text"])
     return "".join(parts).strip(), list(tools.values())
@@ -281,8 +290,9 @@ def turn_of(entry: dict[str, Any]) -> Turn:
     texts = message_texts(_request(entry).get("messages"))
     user = next((t for role, t in reversed(texts) if role == "user"), "")
     resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
-    if resp.get("format") == "sse" or (not resp.get("format") and isinstance(resp.get("text"), str)):
-        assistant, tools = response_sse(resp.get("text") or "")
+    text = resp.get("text") if isinstance(resp.get("text"), str) else ""
+    if resp.get("format") == "sse" or (not resp.get("format") and text):
+        assistant, tools = response_sse(text)
     else:
         assistant, tools = response_json(resp.get("json"))
     return Turn(user, assistant, tuple(dict.fromkeys(tools)))
