@@ -143,6 +143,7 @@ def serve(
             host=host,
             port=port,
             http=protocol,  # type: ignore[arg-type]
+            ws="none",  # no WebSocket routes: an upgrade request is an ordinary request (and keeps its limits)
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=DRAIN_SECONDS,
             **settings,
