@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
@@ -146,3 +148,106 @@ def test_recall_answers_from_the_last_index_while_the_workspace_is_missing(servi
         assert not ws.exists()  # nothing was created in its place
     finally:
         (tmp_path / "ws-unmounted").rename(ws)
+
+
+# -- any body of the request shapes: an answer below 500 ---------------------------------------------------
+WORDS = ["role", "content", "type", "text", "format", "json", "choices", "message", "delta", "messages", "index"]
+WORDS += ["id", "ts", "usage", "prompt_tokens", "name", "tool_calls", "function", "content_block", "timezone"]
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "user", "assistant", "text", "tool_use", "sse", "json", "2026-11-23T10:00:00Z", "UTC"]),
+    st.sampled_from(["content_block_start", "content_block_delta", "text_delta", "Pacific/Kiritimati", "hist1_p"]),
+    st.text(max_size=30),
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(WORDS) | st.text(max_size=5), inner, max_size=5)
+    ),
+    max_leaves=25,
+)
+CALLS = st.lists(st.fixed_dictionaries({}, optional={"index": VALUES, "function": VALUES, "id": VALUES})) | VALUES
+DELTAS = st.fixed_dictionaries({}, optional={"content": VALUES, "tool_calls": CALLS, "type": VALUES, "text": VALUES})
+EVENTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["content_block_start", "content_block_delta", "message_stop"]) | VALUES,
+        "content_block": st.fixed_dictionaries({}, optional={"type": VALUES, "name": VALUES, "text": VALUES}) | VALUES,
+        "delta": DELTAS | VALUES,
+        "index": VALUES,
+        "choices": st.lists(st.fixed_dictionaries({}, optional={"delta": DELTAS | VALUES}) | VALUES) | VALUES,
+    },
+)
+SSE = st.lists(EVENTS | VALUES, max_size=4).map(lambda events: "".join(f"data: {json.dumps(e)}\n\n" for e in events))
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "assistant"])},
+    optional={"content": VALUES | st.lists(st.fixed_dictionaries({"type": VALUES}, optional={"text": VALUES}))},
+)
+RESPONSE_JSON = st.fixed_dictionaries(
+    {},
+    optional={
+        "choices": st.lists(st.fixed_dictionaries({}, optional={"message": VALUES | MESSAGE})) | VALUES,
+        "content": st.lists(st.fixed_dictionaries({}, optional={"type": VALUES, "name": VALUES, "text": VALUES})),
+    },
+)
+ENTRIES = st.fixed_dictionaries(
+    {"ts": st.sampled_from(["2026-11-23T10:00:00Z", "2026-11-23", "0001-01-02T00:00:00Z"])},
+    optional={
+        "id": st.sampled_from(["hist1_p1", "hist1_p2", ""]) | VALUES,
+        "request_original": st.fixed_dictionaries({"messages": st.lists(MESSAGE | VALUES, max_size=4)}) | VALUES,
+        "request_effective": VALUES,
+        "response": st.fixed_dictionaries(
+            {"format": st.sampled_from(["sse", "json", ""])},
+            optional={"json": RESPONSE_JSON | VALUES, "text": SSE | VALUES},
+        )
+        | VALUES,
+        "usage": VALUES,
+        "version": VALUES,
+        "status_code": VALUES,
+        "stream": VALUES,
+        "effective_model": VALUES,
+    },
+)
+AGENT = st.sampled_from(["main", "probe.bot"])
+META = st.fixed_dictionaries({}, optional={"timezone": st.sampled_from(["UTC", "Pacific/Kiritimati"]) | VALUES})
+BODIES = st.one_of(
+    st.tuples(
+        st.just("/retain"), st.fixed_dictionaries({"agent_id": AGENT, "entry": ENTRIES}, optional={"metadata": META})
+    ),
+    st.tuples(
+        st.just("/recall"),
+        st.fixed_dictionaries(
+            {"agent_id": AGENT},
+            optional={"messages": st.lists(MESSAGE | VALUES) | VALUES, "system": VALUES, "metadata": META | VALUES},
+        ),
+    ),
+    st.tuples(
+        st.just("/forget"),
+        st.fixed_dictionaries(
+            {"agent_id": AGENT, "entry_ids": st.lists(st.sampled_from(["hist1_p1", "hist1_p2"]) | VALUES, max_size=3)},
+            optional={"reason": VALUES, "metadata": VALUES},
+        ),
+    ),
+)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    root = tmp_path_factory.mktemp("fuzz")
+    (root / "ws" / "memory").mkdir(parents=True)
+    cfg = write_config(root / "config.json", {"main": root / "ws"}, autoAgents=True, recallWorkers=0)
+    svc = Service(cfg, root / "home", TOKEN, root / "serve.log")
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request=BODIES)
+def test_no_body_of_the_request_shapes_gets_a_server_error(shared: Service, request: tuple[str, Any]) -> None:
+    path, body = request
+    reply = shared.call("POST", path, body)
+    assert reply.status < 500, (reply.status, reply.raw[:300])
