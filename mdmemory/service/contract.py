@@ -290,7 +290,7 @@ def turn_of(entry: dict[str, Any]) -> Turn:
     texts = message_texts(_request(entry).get("messages"))
     user = next((t for role, t in reversed(texts) if role == "user"), "")
     resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
-    text = resp.get("text") if isinstance(resp.get("text"), str) else ""
+    text = resp["text"] if isinstance(resp.get("text"), str) else ""
     if resp.get("format") == "sse" or (not resp.get("format") and text):
         assistant, tools = response_sse(text)
     else:
