@@ -14,6 +14,9 @@ from mdmemory.config import load_config
 from mdmemory.memory import Memory
 from mdmemory.service import agents as agents_module
 from mdmemory.service.agents import Agents, AgentsBusy, UnknownAgent, with_sessions
+from mdmemory.service.app import health_problems
+from mdmemory.service.budget import Budget, open_fds
+from mdmemory.service.protocol import Connections
 from tests.service_bodies import openai_entry
 
 
@@ -111,3 +114,22 @@ def test_a_status_lookup_creates_no_agent(tmp_path: Path) -> None:
 
 def _agents_again(tmp_path: Path, old: Agents) -> Agents:
     return Agents(old.config, max_open=old.max_open)
+
+
+def test_health_problems_name_what_is_short(tmp_path: Path) -> None:
+    agents = _agents(tmp_path, 2)
+    try:
+        assert health_problems(agents, Connections(4), Budget(100_000, 2, 4)) == []
+        full = Connections(1)
+        assert full.admit() and not full.admit() and full.refused == 1
+        used = open_fds()
+        assert used is not None
+        problems = health_problems(agents, full, Budget(used, 2, 1))
+        assert any(p.startswith("file descriptors:") for p in problems)
+        assert any(p.startswith("connections: all 1 in use") for p in problems)
+        agents.failed("a", OSError(24, "Too many open files"))
+        assert "agent 'a' failing since 0 s: OSError: Too many open files" in health_problems(agents, None, None)
+        agents.succeeded("a")
+        assert health_problems(agents, None, None) == []
+    finally:
+        agents.close()
