@@ -4,7 +4,7 @@ still answers recalls from the last index. Against a real ``mdmemory serve`` pro
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mdmemory.memory import Memory
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -251,3 +252,20 @@ def test_no_body_of_the_request_shapes_gets_a_server_error(shared: Service, requ
     path, body = request
     reply = shared.call("POST", path, body)
     assert reply.status < 500, (reply.status, reply.raw[:300])
+
+
+def test_pack_answers_from_the_last_index_while_the_workspace_is_missing(
+    make_memory: Callable[..., Memory], workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / "memory" / "2026-03-01.md").write_text("# Day\n\nThe pump house fuse is in drawer C.\n")
+    mem = make_memory()
+    mem.sync()
+    before = mem.pack("pump house fuse", budget_tokens=200)["items"]
+    workspace.rename(tmp_path / "away")  # an unmounted volume
+    try:
+        pack = mem.pack("pump house fuse", budget_tokens=200)
+        assert [i["ref"] for i in pack["items"]] == [i["ref"] for i in before]
+        assert "drawer C" in pack["bundleText"]
+        assert any("answering from the last index" in w for w in pack.get("warnings", []))
+    finally:
+        (tmp_path / "away").rename(workspace)
