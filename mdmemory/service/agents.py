@@ -116,6 +116,7 @@ class Agents:
         self._open: OrderedDict[str, Agent | None] = OrderedDict()  # least recently used first; None: opening
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
         self._lock = threading.Condition()
+        self._opening = threading.Lock()  # around making an agent's provider choice
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
         self.closed_idle = 0  # agents closed to make room since start
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
@@ -212,8 +213,11 @@ class Agents:
     def failed(self, agent_id: str, exc: BaseException) -> None:
         """A request for the agent failed for want of something (its index, a file, the database): ``health``
         reports it until a request for it succeeds or ``FAILURE_SECONDS`` pass."""
+        now = time.monotonic()
         with self._lock:
-            self._failures[agent_id] = (time.monotonic(), _reason(exc))
+            self._failures[agent_id] = (now, _reason(exc))
+            for old in [k for k, (when, _) in self._failures.items() if now - when >= FAILURE_SECONDS]:
+                del self._failures[old]
 
     def succeeded(self, agent_id: str) -> None:
         if agent_id in self._failures:
@@ -225,11 +229,9 @@ class Agents:
         failed, within ``FAILURE_SECONDS``."""
         now = time.monotonic()
         with self._lock:
-            return [
-                f"agent {agent_id!r} failing since {now - when:.0f} s: {why}"
-                for agent_id, (when, why) in self._failures.items()
-                if now - when < FAILURE_SECONDS
-            ]
+            failing = [(a, when, why) for a, (when, why) in self._failures.items() if now - when < FAILURE_SECONDS]
+        shown = [f"agent {a!r} failing since {now - when:.0f} s: {why}" for a, when, why in failing[:10]]
+        return shown + ([f"and {len(failing) - 10} more agents failing"] if len(failing) > 10 else [])
 
     def shared_choice(self, agent_id: str) -> Any:
         """The provider choice an agent with ``agent_id``'s embedding settings uses here, if one exists yet
@@ -319,9 +321,10 @@ class Agents:
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
         key = provider_key(agent)
-        memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
-        memory.catch_up_interval = CATCH_UP_SECONDS
-        self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
+        with self._opening:  # two agents with the same settings opened at once must not load two models
+            memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
+            memory.catch_up_interval = CATCH_UP_SECONDS
+            self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
     def _close_agent(self, agent: Agent, sync: bool = False) -> None:
