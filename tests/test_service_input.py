@@ -4,6 +4,9 @@ still answers recalls from the last index. Against a real ``mdmemory serve`` pro
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -269,3 +272,33 @@ def test_pack_answers_from_the_last_index_while_the_workspace_is_missing(
         assert any("answering from the last index" in w for w in pack.get("warnings", []))
     finally:
         (tmp_path / "away").rename(workspace)
+
+
+def test_backfill_reports_hostile_ledger_lines_and_keeps_the_rest(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = write_config(tmp_path / "c.json", {"main": ws}, provider="none")
+    good = openai_entry("when is the bin collected?", "On Thursdays.", id="hist1_bin")
+    lines = [
+        json.dumps(good),
+        '{"ts": "2026-11-23T10:00:00Z", "x": ' + _nested(100_000) + "}",
+        json.dumps(openai_entry("\ud800", "x", id="hist1_surrogate")),
+        json.dumps(openai_entry("q", "a", id="hist1_ancient", ts="0001-01-01T00:00:00+01:00")),
+        json.dumps({**openai_entry("q", "a", id="hist1_big"), "version": 10**30}),
+    ]
+    ledger = tmp_path / "history" / "main" / "history.jsonl"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text("\n".join(lines) + "\n")
+    env = {"MDMEMORY_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
+    out = subprocess.run(
+        [sys.executable, "-m", "mdmemory", "backfill", str(ledger), "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["retained"] == 1 and summary["invalid"] == [2, 3, 4, 5]
+    assert "Traceback" not in out.stderr

@@ -16,6 +16,7 @@ final text from ``response.json`` (OpenAI ``choices[0].message``, Anthropic ``co
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,8 @@ ENTRY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SHORT_QUERY_CHARS = 40  # a latest user message shorter than this takes some of the turn before it
 CONTEXT_CHARS = 200  # ... at most this much of it
 MAX_QUERY_CHARS = 2000
+MAX_JSON_DEPTH = 64  # a proxy entry nests about 10 deep (messages, parts, tool schemas); Python's parser ~1000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_REASON_BYTES = 1024  # a forget's reason, kept in sessions/.tombstones.jsonl
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # entry.ts: a day inside the years datetime can hold at each end
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
@@ -141,6 +144,42 @@ def check_int64(value: Any, field: str) -> None:
     """A number the proxy's Go ``int`` can hold (other types are left to the caller's defaults)."""
     if isinstance(value, int | float) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
         raise bad(field, f"{str(value)[:40]} is out of range: expected a 64-bit integer")
+
+
+def check_json(body: dict[str, Any]) -> str | None:
+    """What makes a parsed body unusable, naming the field (``entry.request_original.messages[0].content``):
+    nesting deeper than ``MAX_JSON_DEPTH``, a number that is not finite (``1e400``), a lone UTF-16 surrogate
+    (``"\\ud800"``: not text, it cannot be written as UTF-8). None when it is fine."""
+    # Each entry: (value, depth, where) with ``where`` = (parent's where, key or index), turned into a field
+    # name only for the one reported.
+    stack: list[tuple[Any, int, Any]] = [(body, 0, None)]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                return f"{_field(where)}: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            if isinstance(value, dict):  # children pushed last first: the first in the text is reported
+                for key, item in reversed(value.items()):
+                    if _SURROGATE.search(key):
+                        return f"{_field(where)}: a key holds a lone UTF-16 surrogate, which is not text; send UTF-8"
+                    stack.append((item, depth + 1, (where, key)))
+            else:
+                stack.extend((value[i], depth + 1, (where, i)) for i in range(len(value) - 1, -1, -1))
+        elif isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                return f"{_field(where)}: a lone UTF-16 surrogate (such as \\ud800) is not text; send UTF-8"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{_field(where)}: {value} is not a finite number"
+    return None
+
+
+def _field(where: Any) -> str:
+    parts: list[str] = []
+    while where is not None:
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    name = "".join(reversed(parts)).lstrip(".") or "body"
+    return name if len(name) <= 100 else f"{name[:60]}...{name[-30:]}"
 
 
 # -- message text --------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import math
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -28,8 +27,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-MAX_JSON_DEPTH = 64  # a proxy entry nests about 10 deep (messages, parts, tool schemas); Python's parser ~1000
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from mdmemory.service.contract import MAX_JSON_DEPTH, check_json
+
 _PORT = re.compile(r":\d{1,5}")
 BROWSER = (
     "requests from web pages are refused (the memory service has no browser clients, and a page could otherwise "
@@ -156,39 +155,3 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
 
 def _constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-def check_json(body: dict[str, Any]) -> str | None:
-    """What makes a parsed body unusable, naming the field (``entry.request_original.messages[0].content``):
-    nesting deeper than ``MAX_JSON_DEPTH``, a number that is not finite (``1e400``), a lone UTF-16 surrogate
-    (``"\\ud800"``: not text, it cannot be written as UTF-8). None when it is fine."""
-    # Each entry: (value, depth, where) with ``where`` = (parent's where, key or index), turned into a field
-    # name only for the one reported.
-    stack: list[tuple[Any, int, Any]] = [(body, 0, None)]
-    while stack:
-        value, depth, where = stack.pop()
-        if isinstance(value, dict | list):
-            if depth >= MAX_JSON_DEPTH:
-                return f"{_field(where)}: JSON nested deeper than {MAX_JSON_DEPTH} levels"
-            if isinstance(value, dict):  # children pushed last first: the first in the text is reported
-                for key, item in reversed(value.items()):
-                    if _SURROGATE.search(key):
-                        return f"{_field(where)}: a key holds a lone UTF-16 surrogate, which is not text; send UTF-8"
-                    stack.append((item, depth + 1, (where, key)))
-            else:
-                stack.extend((value[i], depth + 1, (where, i)) for i in range(len(value) - 1, -1, -1))
-        elif isinstance(value, str):
-            if not value.isascii() and _SURROGATE.search(value):
-                return f"{_field(where)}: a lone UTF-16 surrogate (such as \\ud800) is not text; send UTF-8"
-        elif isinstance(value, float) and not math.isfinite(value):
-            return f"{_field(where)}: {value} is not a finite number"
-    return None
-
-
-def _field(where: Any) -> str:
-    parts: list[str] = []
-    while where is not None:
-        where, key = where
-        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
-    name = "".join(reversed(parts)).lstrip(".") or "body"
-    return name if len(name) <= 100 else f"{name[:60]}...{name[-30:]}"
