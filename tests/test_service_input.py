@@ -149,6 +149,9 @@ def test_recall_answers_from_the_last_index_while_the_workspace_is_missing(servi
             assert any("grey cabinet" in t for t in texts), texts
             keys = service.call("POST", "/recall", recall_body("main", "boiler room key")).body["memories"]
             assert any("blue door" in m["text"] for m in keys)  # MEMORY.md, from the index
+        status = service.call("GET", "/agents/main/status")  # says what is wrong rather than failing
+        assert status.status == 200 and "error" in status.body["sessions"]
+        assert any(str(ws) in w for w in status.body.get("warnings", [])), status.body.get("warnings")
         assert not ws.exists()  # nothing was created in its place
     finally:
         (tmp_path / "ws-unmounted").rename(ws)

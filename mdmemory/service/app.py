@@ -174,7 +174,11 @@ def build_app(
                 def run() -> dict[str, Any]:
                     with agent.lock:
                         state = agent.memory.status()
-                    return {**state, "sessions": agent.log.stats()}
+                    try:
+                        sessions = agent.log.stats()
+                    except MdMemoryError as exc:  # a missing workspace: the status says so, it does not fail
+                        sessions = {"error": f"{type(exc).__name__}: the session files cannot be read now"}
+                    return {**state, "sessions": sessions}
 
                 return JSONResponse(await run_in_threadpool(run))
         except Exception as exc:
