@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--after", help="only entries after this RFC 3339 time")
     p.add_argument("--limit", type=int, help="at most this many entries")
     p.add_argument("--url", help="POST to a running service instead of writing locally")
-    p.add_argument("--token", help="bearer token for --url (default: $MEMORY_API_TOKEN)")
+    p.add_argument(
+        "--token", help="bearer token for --url (default: $MEMORY_API_TOKEN, else the token the service generated)"
+    )
     p.set_defaults(func=None, command_main=backfill_main)
 
 
@@ -81,6 +83,7 @@ def backfill_main(args: argparse.Namespace) -> int:
     from mdmemory.config import load_config
     from mdmemory.service import backfill as bf
     from mdmemory.service.agents import Agents, with_sessions
+    from mdmemory.service.auth import TOKEN_ENV, stored_token
     from mdmemory.service.sessionlog import SessionLog
 
     try:
@@ -89,7 +92,8 @@ def backfill_main(args: argparse.Namespace) -> int:
         after = bf.parse_time(args.after) if args.after else None
         paths = [Path(p) for p in args.ledgers]
         if args.url:
-            retain = bf.http_retain(args.url, args.token or os.environ.get("MEMORY_API_TOKEN"))
+            token = args.token or os.environ.get(TOKEN_ENV) or stored_token(load_config(args.config).home)
+            retain = bf.http_retain(args.url, token)
         else:
             agents = Agents(load_config(args.config))
             logs: dict[str, SessionLog] = {}

@@ -79,7 +79,7 @@ from mdmemory.settings import (
     TemporalDecayConfig,
 )
 from mdmemory.storeconfig import DEFAULT_STORE_PATH as DEFAULT_STORE_PATH  # re-exported for callers
-from mdmemory.storeconfig import resolve_store
+from mdmemory.storeconfig import resolve_store, store_path_clash
 
 __all__ = [
     "DEFAULT_LOCAL_MODEL",
@@ -329,6 +329,16 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         ws = _absolute(entry.workspace, base, env) if entry.workspace is not None else workspace
         agent_layers = [agent_base, (key, _agent_layer(ld, raw, key))]
         agent = _agent(ld, layers, agent_layers, entry, ws, home, env)
+        clash = store_path_clash(agent.memory_search.store.path, str(home), agent.id)
+        if clash is not None:
+            store_key = origin(layers, "store.path") + ".store.path"
+            raise ld.error(
+                f"{key}.id",
+                f"{entry.id!r}: with {store_key} {agent.memory_search.store.path!r} its index file "
+                f"{agent.store_path.name} would be taken for one of the files beside agent {clash!r}'s index (its "
+                "generations, journal, locks), and that agent's clean-up could delete it. Fix: rename the agent, "
+                "or end the file name in store.path with an extension after {agentId}, e.g. {agentId}.sqlite",
+            )
         if agent.store_path in stores:
             key = origin(layers, "store.path") + ".store.path"
             fix = "put {agentId} in the path so that every agent has its own index"

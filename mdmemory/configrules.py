@@ -86,6 +86,11 @@ SERVICE_RANGES: dict[str, Range] = {
     "port": Range(0, 65535),
     "maxBodyBytes": Range(1024, 1 << 30),
     "recallWorkers": Range(0, 64),
+    "maxOpenAgents": Range(1, 100_000),
+    "maxConnections": Range(1, 1_000_000),
+    "maxHeaderBytes": Range(1024, 1 << 20),
+    "headerTimeoutMs": Range(100, 600_000),
+    "bodyTimeoutMs": Range(100, 3_600_000),
 }
 # Keys of agents.defaults.compaction that belong to the agent runtime (Clawdbot/OpenClaw): ignored, never typos.
 RUNTIME_COMPACTION_KEYS = frozenset(

@@ -99,7 +99,13 @@ class Memory(IndexSync):
         self._indexer.should_stop = self.should_stop
         return self._indexer
 
-    def close(self) -> None:
+    @property
+    def current_choice(self) -> ProviderChoice | None:
+        """The provider choice in use, without making one (``choice`` makes one when there is none yet)."""
+        return self._choice
+
+    def close(self, *, provider: bool = True) -> None:
+        """Close the index; the embedding provider too unless ``provider`` is False (another object shares it)."""
         self._closing.set()
         if self._background is not None:
             self._background.join(60)
@@ -107,7 +113,9 @@ class Memory(IndexSync):
             self._store.close()
             self._store = None
             self._indexer = None
-        if self._choice is not None and self._choice.provider is not None:
+        if not provider:
+            self._choice = None
+        elif self._choice is not None and self._choice.provider is not None:
             self._choice.provider.close()
 
     def __enter__(self) -> Memory:

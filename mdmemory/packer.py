@@ -215,14 +215,19 @@ def file_reader(workspace: Workspace) -> LinesOf:
 
 def lines_reader(memory: Memory) -> LinesOf:
     """Lines of the candidates' files: from the workspace, or from the index where it holds other text than
-    the file (a session file with entries still only in the database) or the files are not on this machine."""
+    the file (a session file with entries still only in the database), the files are not on this machine, or
+    the workspace is missing now (unmounted, or an empty mount point): the pack answers from the last index, as
+    search does."""
     if not memory.agent.files_here:
         return store_reader(memory.store)
     disk, stored = file_reader(memory.workspace), store_reader(memory.store)
+    missing = [root for root in memory.workspace.missing_roots() if root.kind == "workspace"]
     virtual: set[str] | None = None
 
     def lines_of(path: str) -> list[str] | None:
         nonlocal virtual
+        if any(root.holds(path) for root in missing):
+            return stored(path)
         if path.startswith("sessions/"):
             if virtual is None:
                 virtual = {p for p, row in memory.store.files().items() if row.size == VIRTUAL_SIZE}

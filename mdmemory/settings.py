@@ -198,6 +198,15 @@ class ServiceConfig:
     recall_workers: int | None = None
     # agents whose files this replica does not hold ("*": every agent); MDMEMORY_REMOTE_AGENTS wins
     remote_agents: tuple[str, ...] = ()
+    # "token": every request but /healthz and the descriptor needs the bearer token (MEMORY_API_TOKEN,
+    # service.token, or one generated on first start); "loopback": none, but only from this machine and never
+    # from a web page (README "Memory service", mdmemory.service.edge)
+    auth: Literal["token", "loopback"] = "token"
+    max_open_agents: int | None = None  # indexes kept open at once; None: up to 64, as the fd limit allows
+    max_connections: int | None = None  # None: as many as the fd limit leaves room for (mdmemory.service.budget)
+    max_header_bytes: int = 32 * 1024  # request line and headers; more answers 431
+    header_timeout_ms: int = 10_000  # a request's line and headers must arrive within this, else 408
+    body_timeout_ms: int = 30_000  # and its body within this after them
 
 
 @dataclass(frozen=True)

@@ -141,3 +141,50 @@ def url_problem(url: str, origin: str) -> str | None:
         f"expected a postgresql:// URL (from {origin}), got {got}. Fix: write it as "
         "postgresql://user:password@host:5432/dbname (the password is never printed)."
     )
+
+
+# -- index file names that cannot be taken for another agent's --------------------------------------------
+# What mdmemory keeps beside an index file ``<name>``: generations ``<name>.g<N>`` and corrupt copies
+# ``<name>.corrupt-<time>`` (each with ``-wal``/``-shm``/``-journal``), locks, state files and sockets
+# (``<name>.lock``, ``.embed.lock``, ``.worker.json``, ``.health.json``, ``.watch.lock``, ``.sock`` ...) and
+# their temporary files (``<name>.worker.json.<pid>.tmp``), swap links ``.<name>.swap-<pid>`` and
+# ``.<name>.health.json.<pid>.tmp``. The words are matched in any sequence, so that a name that is a prefix of
+# one (``<name>.embed``) counts too: two agents' locks must not be one file either.
+_WORDS = r"(?:\.(?:lock|embed|worker|spawn|watch|health|breaker|json|log|sock|tmp|\d+))+"
+_COMPANION = re.compile(r"(?:\.g\d+|\.corrupt-\d{8}T\d{6}Z(?:-\d+)?)?(?:-wal|-shm|-journal)?|" + _WORDS)
+_DOT_COMPANION = re.compile(r"\.swap-\d+|" + _WORDS)
+AGENT_ID_PATTERN = r"[A-Za-z0-9._-]{1,64}"  # the widest id any agent may have (service.autoAgents ids)
+
+
+def store_path_clash(template: str, home: str, agent_id: str) -> str | None:
+    """The id of another possible agent whose index files ``agent_id``'s index file would be taken for
+    (its generation, WAL, lock or state file), or None.
+
+    ``template`` is ``memorySearch.store.path`` (with ``{agentId}`` and ``{home}``). With the default,
+    ``{home}/state/memory/{agentId}.sqlite``, no id ever clashes (every index name ends in ``.sqlite``, none of
+    the files kept beside one does); a template that ends in ``{agentId}`` makes ``main.g1`` or ``main-wal``
+    the files of agent ``main``.
+    """
+    path = template.replace("{agentId}", agent_id).replace("{home}", home)
+    parts = re.split(r"(\{agentId\})", template.replace("{home}", home))
+    if len(parts) == 1:
+        return None  # one index for every agent: config refuses two agents sharing it
+    pattern = "".join(
+        re.escape(p)
+        if p != "{agentId}"
+        else (f"(?P<id>{AGENT_ID_PATTERN})" if i == parts.index("{agentId}") else "(?P=id)")
+        for i, p in enumerate(parts)
+    )
+    base = re.compile(pattern)
+    name = path.rpartition("/")[2]
+    candidates = [(path, _COMPANION)]
+    if name.startswith("."):
+        candidates.append((path[: len(path) - len(name)] + name[1:], _DOT_COMPANION))
+    for whole, companion in candidates:
+        for cut in range(1, len(whole)):
+            if not companion.fullmatch(whole[cut:]):
+                continue
+            m = base.fullmatch(whole[:cut])
+            if m and m.group("id") not in (agent_id, ".", ".."):
+                return m.group("id")
+    return None

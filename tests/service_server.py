@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -40,6 +42,7 @@ class Service:
     env: dict[str, str] = field(default_factory=dict)
     host: str = "127.0.0.1"
     prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NS``: run it on another "host"
+    fd_limit: int | None = None  # RLIMIT_NOFILE (soft and hard) of the service process: ``ulimit -n``
 
     @property
     def url(self) -> str:
@@ -58,6 +61,7 @@ class Service:
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
+            preexec_fn=None if self.fd_limit is None else functools.partial(_limit_fds, self.fd_limit),
         )
         out.close()
         deadline = time.monotonic() + timeout
@@ -66,6 +70,9 @@ class Service:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
                 if self.call("GET", "/healthz").status == 200:
+                    generated = self.home / "state" / "service-token"
+                    if self.token is None and generated.is_file():
+                        self.token = generated.read_text().strip()  # the one it made (service.auth "token")
                     return
             except OSError:
                 time.sleep(0.1)
@@ -113,6 +120,15 @@ class Service:
         except ValueError:
             parsed = None
         return Reply(status, parsed, content)
+
+
+def _limit_fds(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+
+
+def open_fds(pid: int) -> int:
+    """How many file descriptors process ``pid`` has open now."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def write_config(

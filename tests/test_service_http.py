@@ -138,6 +138,7 @@ def _raw_post(service: Service, headers: dict[str, str], pieces: list[bytes], ch
     conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
     conn.putrequest("POST", "/retain")
     conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.putheader("Content-Type", "application/json")
     for k, v in headers.items():
         conn.putheader(k, v)
     conn.endheaders()
@@ -188,17 +189,17 @@ def test_a_retain_into_a_missing_workspace_fails_and_creates_nothing(service: Se
     assert reply.status == 202 and reply.body["status"] == "retained"  # the workspace back: retained
 
 
-def test_refuses_a_public_address_without_token(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "c.json", {"main": tmp_path / "ws"})
-    env = {"MDMEMORY_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "serve", "--config", str(cfg), "--host", "0.0.0.0"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    assert out.returncode == 2 and "MEMORY_API_TOKEN" in out.stderr
+def test_a_public_address_without_a_configured_token_requires_the_generated_one(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "c.json", {"main": tmp_path / "ws"}, recallWorkers=0)
+    svc = Service(cfg, tmp_path / "home", None, tmp_path / "serve.log", host="0.0.0.0")
+    svc.start()
+    try:
+        generated = (tmp_path / "home" / "state" / "service-token").read_text().strip()
+        assert svc.token == generated
+        assert svc.call("POST", "/recall", recall_body("main", "x"), token=None).status == 401
+        assert svc.call("POST", "/recall", recall_body("main", "x")).status == 200
+    finally:
+        svc.stop()
 
 
 def test_auto_agents_creates_a_workspace_inside_home(tmp_path: Path) -> None:
@@ -262,6 +263,7 @@ def test_sigterm_drains_a_request_in_flight(service: Service) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", service.port, timeout=30)
     conn.putrequest("POST", "/retain")
     conn.putheader("Authorization", f"Bearer {TOKEN}")
+    conn.putheader("Content-Type", "application/json")
     conn.putheader("Content-Length", str(len(body)))
     conn.endheaders()
     conn.send(body[:1000])

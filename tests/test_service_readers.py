@@ -23,9 +23,9 @@ def served(tmp_path: Path, workspace: Path, note: str) -> Iterator[Agent]:
     cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace), "memorySearch": ms}}}))
     agents = Agents(load_config(cfg))
     try:
-        agent = agents.get("main")
-        agent.catch_up()
-        yield agent
+        with agents.use("main") as agent:
+            agent.catch_up()
+            yield agent
     finally:
         agents.close()
 

@@ -1,9 +1,16 @@
-"""The agents one service process serves: each with its ``Memory`` (kept open) and ``SessionLog``.
+"""The agents one service process serves: each with its ``Memory`` and ``SessionLog``, opened on first use.
 
 Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
-which creates ``{home}/agents/{id}/`` from the workspace template. Agents whose embedding settings are equal
-share one provider (a local model is loaded once per process, and its computations run on one thread of
-its own: ``mdmemory.providers.runner``); each agent serialises only its own index work.
+which creates ``{home}/agents/{id}/`` from the workspace template on the agent's first retain or recall (a
+status request creates nothing). At most ``max_open`` agents are open at once (``service.maxOpenAgents``,
+mdmemory.service.budget): to open another, the least recently used one that no request is using is closed
+(its index synced first when it has unindexed retains), and it is opened again on its next request. Each
+request holds its agent (``use``) so that it is never closed under it; when every open agent is in use, a
+request for another waits for one (up to ``BUSY_SECONDS``, then ``AgentsBusy``, HTTP 503).
+
+Agents whose embedding settings are equal share one provider (a local model is loaded once per process, and
+its computations run on one thread of its own: ``mdmemory.providers.runner``); each agent serialises only its
+own index work.
 
 An agent in ``service.remoteAgents`` is served without its files (mdmemory.service.remote): retains go to the
 shared store's entries, recalls read file text from the index.
@@ -15,17 +22,20 @@ switched on for every agent it serves (pack items from them have kind ``session`
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 import threading
-from collections.abc import Mapping
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
-from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
 from mdmemory.service.contract import check_agent_id
@@ -33,16 +43,28 @@ from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
+from mdmemory.storeconfig import store_path_clash
 from mdmemory.workspace import SESSIONS_DIR
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
 # A recall catches up with hand edits at most this often (a stat of every file each time costs more than the
 # search under load); a retain or forget through the service makes the next recall catch up at once.
 CATCH_UP_SECONDS = 0.5
+BUSY_SECONDS = 10.0  # how long a request for an agent that is not open waits for an open one to be idle
+FAILURE_SECONDS = 60.0  # /healthz reports an agent that failed to open for this long (unless it opened since)
+DEFAULT_MAX_OPEN = 64
 
 
 class UnknownAgent(MdMemoryError):
     """No such agent is configured (HTTP 404)."""
+
+
+class AgentUnavailable(MdMemoryError):
+    """The agent cannot be opened now: the system refused one of its files (HTTP 503)."""
+
+
+class AgentsBusy(AgentUnavailable):
+    """Every open agent is in use, so no other may be opened now (HTTP 503)."""
 
 
 @dataclass
@@ -54,6 +76,7 @@ class Agent:
     readers: Readers  # what recalls search with, side by side
     dirty: bool = field(default=False)
     drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
+    users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
 
     def catch_up(self) -> None:
         """Bring the index up to date with the files before a recall: at once after a retain or forget
@@ -85,42 +108,143 @@ def provider_key(agent: AgentConfig) -> str:
 
 
 class Agents:
-    """Opened lazily, kept open until ``close``."""
+    """The served agents, opened lazily, at most ``max_open`` at once (see the module docstring)."""
 
-    def __init__(self, config: Config, env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, config: Config, env: Mapping[str, str] | None = None, max_open: int | None = None) -> None:
         self.config = config
         self.env = env
-        self._agents: dict[str, Agent] = {}
+        self.max_open = max_open or config.service.max_open_agents or DEFAULT_MAX_OPEN
+        self._open: OrderedDict[str, Agent | None] = OrderedDict()  # least recently used first; None: opening
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
+        self._opening = threading.Lock()  # around making an agent's provider choice
+        self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
+        self.closed_idle = 0  # agents closed to make room since start
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
 
     def ids(self) -> list[str]:
         return [a.id for a in self.config.agents]
 
-    def get(self, agent_id: str) -> Agent:
+    @contextlib.contextmanager
+    def use(self, agent_id: str, *, create: bool = True) -> Iterator[Agent]:
+        """The agent, open and held until the block ends. ``create=False``: UnknownAgent for an autoAgents
+        agent that does not exist yet, instead of creating it."""
+        agent = self.acquire(agent_id, create=create)
+        try:
+            yield agent
+        finally:
+            self.release(agent)
+
+    def acquire(self, agent_id: str, *, create: bool = True) -> Agent:
+        """Hold the agent (open it first when it is not); ``release`` it when done. May wait (see the module
+        docstring): call it off the event loop, or ``held`` first."""
         check_agent_id(agent_id)
+        deadline = time.monotonic() + BUSY_SECONDS
         with self._lock:
-            found = self._agents.get(agent_id)
-            if found is None:
-                found = self._agents[agent_id] = self._open(self.config_of(agent_id))
-            return found
+            while True:
+                found = self._held(agent_id)
+                if found is not None:
+                    return found
+                if agent_id not in self._open and self._room() and agent_id not in self._open:
+                    self._open[agent_id] = None  # opening: others asking for it wait
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AgentsBusy(
+                        f"all {self.max_open} open agents are in use (service.maxOpenAgents), so agent {agent_id!r} "
+                        "cannot be opened now. Fix: retry; if it keeps happening, raise service.maxOpenAgents"
+                    )
+                self._lock.wait(min(left, 1.0))
+        agent: Agent | None = None
+        try:
+            agent = self._open_agent(agent_id, create)
+        finally:
+            with self._lock:
+                if agent is None:
+                    del self._open[agent_id]
+                else:
+                    agent.users = 1
+                    self._open[agent_id] = agent
+                self._lock.notify_all()
+        return agent
+
+    def held(self, agent_id: str) -> Agent | None:
+        """The agent, held, when it is open now (never waits long, never opens): ``release`` it when done."""
+        with self._lock:
+            return self._held(agent_id)
+
+    def release(self, agent: Agent) -> None:
+        with self._lock:
+            agent.users -= 1
+            if agent.users == 0:
+                self._lock.notify_all()
+
+    def _held(self, agent_id: str) -> Agent | None:
+        found = self._open.get(agent_id)
+        if found is not None:
+            self._open.move_to_end(agent_id)
+            found.users += 1
+        return found
+
+    def _room(self) -> bool:
+        """Whether one more agent may be opened, after closing the least recently used idle one if need be."""
+        return len(self._open) < self.max_open or (self._close_idle() and len(self._open) < self.max_open)
+
+    def _close_idle(self) -> bool:
+        """Close the least recently used agent no one holds (one without unindexed retains if there is one);
+        False when every open agent is in use. Called under the lock, which is released while it closes."""
+        idle = [a for a in self._open.values() if a is not None and a.users == 0]
+        if not idle:
+            return False
+        victim = next((a for a in idle if not a.dirty), idle[0])
+        del self._open[victim.config.id]
+        self.closed_idle += 1
+        self._lock.release()
+        try:
+            self._close_agent(victim, sync=victim.dirty)
+        finally:
+            self._lock.acquire()
+        return True
+
+    def opened(self) -> list[str]:
+        """The ids of the agents open now (``held`` each to use it)."""
+        with self._lock:
+            return [k for k, v in self._open.items() if v is not None]
+
+    def failed(self, agent_id: str, exc: BaseException) -> None:
+        """A request for the agent failed for want of something (its index, a file, the database): ``health``
+        reports it until a request for it succeeds or ``FAILURE_SECONDS`` pass."""
+        now = time.monotonic()
+        with self._lock:
+            self._failures[agent_id] = (now, _reason(exc))
+            for old in [k for k, (when, _) in self._failures.items() if now - when >= FAILURE_SECONDS]:
+                del self._failures[old]
+
+    def succeeded(self, agent_id: str) -> None:
+        if agent_id in self._failures:
+            with self._lock:
+                self._failures.pop(agent_id, None)
+
+    def health(self) -> list[str]:
+        """Why the service is degraded as far as agents go: agents that failed to open, or whose last request
+        failed, within ``FAILURE_SECONDS``."""
+        now = time.monotonic()
+        with self._lock:
+            failing = [(a, when, why) for a, (when, why) in self._failures.items() if now - when < FAILURE_SECONDS]
+        shown = [f"agent {a!r} failing since {now - when:.0f} s: {why}" for a, when, why in failing[:10]]
+        return shown + ([f"and {len(failing) - 10} more agents failing"] if len(failing) > 10 else [])
 
     def shared_choice(self, agent_id: str) -> Any:
         """The provider choice an agent with ``agent_id``'s embedding settings uses here, if one exists yet
         (the command-line socket answers with it: a local model is loaded once per process)."""
         config = next((a for a in self.config.agents if a.id == agent_id), None)
         with self._lock:
-            opened = self._agents.get(agent_id)
+            opened = self._open.get(agent_id)
             if opened is not None:
-                return opened.memory._choice
+                return opened.memory.current_choice
             return self._choices.get(provider_key(config)) if config is not None else None
 
-    def opened(self) -> list[Agent]:
-        with self._lock:
-            return list(self._agents.values())
-
-    def config_of(self, agent_id: str) -> AgentConfig:
+    def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
         for agent in self.config.agents:
             if agent.id == agent_id:
                 return agent
@@ -129,31 +253,60 @@ class Agents:
                 f"unknown agent {agent_id!r}; configured agents: {', '.join(self.ids())}. Fix: add it to "
                 "agents.list, or set service.autoAgents to create agents on first use"
             )
-        return self._create(agent_id)
+        return self._create(agent_id, create)
 
-    def _create(self, agent_id: str) -> AgentConfig:
+    def _create(self, agent_id: str, create: bool) -> AgentConfig:
         base = self.config.agent()
         root = (self.config.home / "agents").resolve()
         workspace = (root / agent_id).resolve()
         if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
-        if not workspace.exists() and not is_remote(agent_id, self.remote):
+        template = base.memory_search.store.path
+        if "{agentId}" not in template:
+            template = DEFAULT_STORE_PATH
+        clash = store_path_clash(template, str(self.config.home), agent_id)
+        if clash is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: with memorySearch.store.path {template!r} its index file "
+                f"would be taken for one of the files beside agent {clash!r}'s index. Fix: choose another id"
+            )
+        store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home))).absolute()
+        here = not is_remote(agent_id, self.remote)
+        if not create and not (workspace.is_dir() or store.exists()):
+            raise UnknownAgent(
+                f"unknown agent {agent_id!r}: it has retained nothing here yet (service.autoAgents creates it on its "
+                "first retain or recall, not on a status request)"
+            )
+        if here and not workspace.exists():
             root.mkdir(parents=True, exist_ok=True)
             if TEMPLATE.is_dir():
                 shutil.copytree(TEMPLATE, workspace)
             else:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
-        template = base.memory_search.store.path
-        if "{agentId}" not in template:
-            template = DEFAULT_STORE_PATH
-        store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home)))
-        here = not is_remote(agent_id, self.remote)
-        return replace(
-            base, id=agent_id, workspace=workspace, store_path=store.absolute(), default=False, files_here=here
-        )
+        return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
 
-    def _open(self, agent: AgentConfig) -> Agent:
+    def _open_agent(self, agent_id: str, create: bool) -> Agent:
+        """Open the agent (outside the lock); an open that runs out of file descriptors closes an idle agent
+        and tries once more. A system error is an ``AgentUnavailable`` naming the file."""
+        for attempt in (1, 2):
+            try:
+                return self._open_config(self.config_of(agent_id, create))
+            except (UnknownAgent, InvalidArgumentError):
+                raise
+            except (OSError, MdMemoryError) as exc:
+                exhausted = isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE)
+                if exhausted and attempt == 1:
+                    with self._lock:
+                        self._close_idle()
+                    continue
+                if isinstance(exc, OSError):
+                    where = f" ({exc.filename})" if exc.filename else ""
+                    raise AgentUnavailable(f"agent {agent_id!r} could not be opened: {exc.strerror}{where}") from exc
+                raise
+        raise AssertionError("unreachable")
+
+    def _open_config(self, agent: AgentConfig) -> Agent:
         agent = with_sessions(agent)
         log: SessionLog | RemoteLog
         drainer = None
@@ -170,22 +323,39 @@ class Agents:
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
         key = provider_key(agent)
-        memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
-        memory.catch_up_interval = CATCH_UP_SECONDS
-        self._choices.setdefault(key, memory.choice)
+        with self._opening:  # two agents with the same settings opened at once must not load two models
+            memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
+            memory.catch_up_interval = CATCH_UP_SECONDS
+            self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
+
+    def _close_agent(self, agent: Agent, sync: bool = False) -> None:
+        """Close the agent's readers and index; its provider only when no other agent shares it."""
+        shared = self._choices.get(provider_key(agent.config))
+        with agent.lock:
+            if sync:
+                with contextlib.suppress(MdMemoryError, OSError):
+                    agent.memory.sync()  # its retains indexed before it closes (else: at its next open)
+            agent.readers.close()
+            agent.memory.close(provider=agent.memory.current_choice is not shared)
 
     def close(self) -> None:
         with self._lock:
-            agents, self._agents = list(self._agents.values()), {}
-        closed: set[int] = set()
+            agents = [a for a in self._open.values() if a is not None]
+            self._open.clear()
         for a in agents:
-            choice = a.memory._choice
+            self._close_agent(a)
+        closed: set[int] = set()
+        for choice in self._choices.values():
             provider = choice.provider if choice is not None else None
-            if provider is not None and id(provider) in closed:
-                a.memory._choice = None  # already closed through the agent that shares it
-            elif provider is not None:
+            if provider is not None and id(provider) not in closed:
                 closed.add(id(provider))
-            a.readers.close()
-            with a.lock:
-                a.memory.close()
+                provider.close()
+        self._choices.clear()
+
+
+def _reason(exc: BaseException) -> str:
+    """Why an open failed, without paths or text: the error type and, for an OSError, the system's words."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{type(exc).__name__}: {exc.strerror}"
+    return type(exc).__name__

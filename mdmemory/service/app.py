@@ -2,30 +2,39 @@
 
 Routes (the Clawdapus memory plane; descriptor as ``examples/reference-memory/.claw-describe.json``):
 ``GET /.claw-describe.json``, ``GET /healthz`` (both open), ``POST /recall``, ``POST /retain`` (202),
-``POST /forget`` (204), ``GET /agents/{agent_id}/status`` (bearer token). Errors are ``{"error": ...}``
-with 400 (naming the field), 401, 404, 413 or 503.
+``POST /forget`` (204), ``GET /agents/{agent_id}/status`` (bearer token, mdmemory.service.auth). Every
+request first passes the edge rules (mdmemory.service.edge). Errors are ``{"error": ...}`` with 400 (naming
+the field), 401, 403, 404, 408, 413, 415 or 503.
 """
 
 from __future__ import annotations
 
-import hmac
+import contextlib
+import errno
 import json
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from mdmemory.errors import EmbeddingsPending, InvalidArgumentError, MdMemoryError
 from mdmemory.service import contract
-from mdmemory.service.agents import Agents, UnknownAgent
+from mdmemory.service.agents import Agent, Agents, AgentsBusy, UnknownAgent
+from mdmemory.service.auth import Auth
+from mdmemory.service.budget import Budget, open_fds
+from mdmemory.service.edge import EdgeRules, HttpError, error, read_json
 from mdmemory.service.recall import recall, recall_info
 from mdmemory.service.recallpool import RecallPool
 from mdmemory.service.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from mdmemory.service.protocol import Connections
 
 DESCRIPTOR: dict[str, Any] = {
     "version": 2,
@@ -35,51 +44,35 @@ DESCRIPTOR: dict[str, Any] = {
 }
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
-
-
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``limit`` bytes (also for chunked bodies), 400 when not JSON.
-    The bytes stay in ``request.state.raw`` (a recall worker parses them again rather than a re-encoding)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
-    request.state.raw = raw = bytes(data)
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise HttpError(400, f"body: invalid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise HttpError(400, "body: expected a JSON object")
-    return body
-
-
 def build_app(
-    agents: Agents, token: str | None, telemetry: Telemetry | None = None, pool: RecallPool | None = None
+    agents: Agents,
+    auth: Auth,
+    telemetry: Telemetry | None = None,
+    pool: RecallPool | None = None,
+    *,
+    connections: Connections | None = None,
+    budget: Budget | None = None,
 ) -> Starlette:
-    """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can)."""
+    """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can).
+    ``connections`` and ``budget`` are what ``/healthz`` reports on."""
     tel = telemetry or Telemetry()
     limit = agents.config.service.max_body_bytes
-    expected = token.encode("utf-8") if token else None
+    refused = (
+        "missing or wrong bearer token. Fix: send Authorization: Bearer <token>, the token being MEMORY_API_TOKEN "
+        "or service.token, else the one in state/service-token under the mdmemory home (the service's start "
+        "line names it)"
+    )
 
-    def authorised(request: Request) -> bool:
-        if expected is None:
-            return True
-        header = request.headers.get("authorization", "")
-        scheme, _, given = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode("utf-8"), expected)
+    @contextlib.asynccontextmanager
+    async def using(agent_id: str, create: bool = True) -> AsyncIterator[Agent]:
+        """The agent, held for the request (opened in a worker thread when it is not open: that may wait)."""
+        agent = agents.held(agent_id)
+        if agent is None:
+            agent = await run_in_threadpool(agents.acquire, agent_id, create=create)
+        try:
+            yield agent
+        finally:
+            agents.release(agent)
 
     def guarded(
         op: str, handler: Callable[[Request, dict[str, Any]], Awaitable[tuple[Response, dict[str, Any]]]]
@@ -88,23 +81,18 @@ def build_app(
             start = time.perf_counter()
             agent_id = "-"
             try:
-                if not authorised(request):
-                    raise HttpError(401, "missing or wrong bearer token (Authorization: Bearer $MEMORY_API_TOKEN)")
+                if not auth.allows(request.headers.get("authorization")):
+                    raise HttpError(401, refused)
                 body = await read_json(request, limit)
                 agent_id = contract.check_agent_id(body.get("agent_id"))
                 response, info = await handler(request, body)
-            except HttpError as exc:
-                response, info = _error(exc.status, str(exc)), {}
-            except InvalidArgumentError as exc:
-                response, info = _error(400, str(exc)), {}
-            except UnknownAgent as exc:
-                response, info = _error(404, str(exc)), {}
-            except MdMemoryError as exc:
-                response, info = _error(503, f"{type(exc).__name__}: {exc}"), {}
-            except Exception as exc:  # a bug: answer 500 without echoing text that may hold memory
-                response, info = _error(500, f"internal error ({type(exc).__name__}); see the service log"), {}
-                tel.failure(op, exc)
+            except Exception as exc:
+                response, info = _failure(op, exc, tel), {}
+                if response.status_code == 503 and agent_id != "-" and not isinstance(exc, AgentsBusy):
+                    agents.failed(agent_id, exc)  # /healthz says so until a request for it succeeds
             ok = response.status_code < 300
+            if ok:
+                agents.succeeded(agent_id)
             ms = (time.perf_counter() - start) * 1000
             tel.op(agent_id, op, "succeeded" if ok else "failed", ms, http_status=response.status_code, **info)
             return response
@@ -113,77 +101,88 @@ def build_app(
 
     async def do_recall(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
-        agent = agents.get(body["agent_id"])
-        if pool is not None:
-            if agent.memory.catch_up_due():  # else nothing to do: no thread hop
-                await run_in_threadpool(agent.catch_up)
-            answered = await pool.recall(agent.config.id, request.state.raw)
-            if answered is not None:
-                header, payload = answered
-                if header["status"] != 200:
-                    raise HttpError(header["status"], str(header.get("error") or "recall failed"))
-                info = {"blocks": header.get("blocks"), "size": header.get("size")}
-                return Response(payload, media_type="application/json"), info
+        async with using(body["agent_id"]) as agent:
+            if pool is not None:
+                if agent.memory.catch_up_due():  # else nothing to do: no thread hop
+                    await run_in_threadpool(agent.catch_up)
+                answered = await pool.recall(agent.config.id, request.state.raw)
+                if answered is not None:
+                    header, payload = answered
+                    if header["status"] != 200:
+                        raise HttpError(header["status"], str(header.get("error") or "recall failed"))
+                    info = {"blocks": header.get("blocks"), "size": header.get("size")}
+                    return Response(payload, media_type="application/json"), info
 
-        def run() -> dict[str, Any]:
-            agent.catch_up()
-            with agent.readers.reader() as reader:
-                return recall(reader, body)
+            def run() -> dict[str, Any]:
+                agent.catch_up()
+                with agent.readers.reader() as reader:
+                    return recall(reader, body)
 
-        result = await run_in_threadpool(run)
+            result = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
         return Response(payload, media_type="application/json"), recall_info(result)
 
     async def do_retain(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         meta = contract.check_metadata(body)
         entry = contract.check_entry(body)
-        agent = agents.get(body["agent_id"])
-        status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
-        if status == "retained":
-            agent.dirty = True
-            agent.memory.changed()
+        async with using(body["agent_id"]) as agent:
+            status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
+            if status == "retained":
+                agent.dirty = True
+                agent.memory.changed()
         return JSONResponse({"status": status, "id": eid}, status_code=202), {"result": status}
 
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
         ids = contract.check_entry_ids(body)
-        agent = agents.get(body["agent_id"])
+        async with using(body["agent_id"]) as agent:
 
-        def run() -> int:
-            removed, changed = agent.log.forget(ids, body.get("reason"))
-            agent.memory.changed()
-            with agent.lock:
-                try:
-                    agent.memory.sync()  # before answering: no search, pack or recall returns them from now on
-                except EmbeddingsPending:
-                    pass  # the text index is in sync (the forgotten chunks are gone); only vectors of others wait
-            return removed
+            def run() -> int:
+                removed, changed = agent.log.forget(ids, body.get("reason"))
+                agent.memory.changed()
+                with agent.lock:
+                    try:
+                        agent.memory.sync()  # before answering: no search, pack or recall returns them from now on
+                    except EmbeddingsPending:
+                        pass  # the text index is in sync (the forgotten chunks are gone); only vectors of others wait
+                return removed
 
-        removed = await run_in_threadpool(run)
+            removed = await run_in_threadpool(run)
         return Response(status_code=204), {"removed": removed}
 
     async def describe(request: Request) -> Response:
         return JSONResponse(DESCRIPTOR)
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"ok": True, "agents": agents.ids(), "recallWorkers": pool.alive if pool else 0})
+        """200 ``{"ok": true, ...}``; 503 ``{"ok": false, "degraded": [why, ...], ...}`` when requests fail or
+        are refused for want of resources (see ``health_problems``)."""
+        problems = await run_in_threadpool(health_problems, agents, connections, budget)
+        body: dict[str, Any] = {"ok": not problems, "agents": agents.ids(), "recallWorkers": pool.alive if pool else 0}
+        body["openAgents"] = len(agents.opened())
+        if connections is not None:
+            body["connections"] = connections.open
+        if problems:
+            body["degraded"] = problems
+        return JSONResponse(body, status_code=503 if problems else 200)
 
     async def status(request: Request) -> Response:
-        if not authorised(request):
-            return _error(401, "missing or wrong bearer token (Authorization: Bearer $MEMORY_API_TOKEN)")
+        if not auth.allows(request.headers.get("authorization")):
+            return error(401, refused)
         try:
-            agent = agents.get(request.path_params["agent_id"])
-        except InvalidArgumentError as exc:
-            return _error(400, str(exc))
-        except UnknownAgent as exc:
-            return _error(404, str(exc))
+            async with using(request.path_params["agent_id"], create=False) as agent:
 
-        def run() -> dict[str, Any]:
-            with agent.lock:
-                state = agent.memory.status()
-            return {**state, "sessions": agent.log.stats()}
+                def run() -> dict[str, Any]:
+                    with agent.lock:
+                        state = agent.memory.status()
+                    try:
+                        sessions = agent.log.stats()
+                    except MdMemoryError as exc:  # a missing workspace: the status says so, it does not fail
+                        sessions = {"error": f"{type(exc).__name__}: the session files cannot be read now"}
+                    return {**state, "sessions": sessions}
 
-        return JSONResponse(await run_in_threadpool(run))
+                return JSONResponse(await run_in_threadpool(run))
+        except Exception as exc:
+            return _failure("status", exc, tel)
 
     routes = [
         Route("/.claw-describe.json", describe, methods=["GET"]),
@@ -193,4 +192,36 @@ def build_app(
         Route("/forget", guarded("forget", do_forget), methods=["POST"]),
         Route("/agents/{agent_id}/status", status, methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    loopback_only = auth.token is None
+    return Starlette(routes=routes, middleware=[Middleware(EdgeRules, loopback_only=loopback_only)])
+
+
+def _failure(op: str, exc: Exception, tel: Telemetry) -> Response:
+    """The HTTP answer for an error a route raised: 400 naming the field, 404, 503 saying why, else 500."""
+    if isinstance(exc, HttpError):
+        return error(exc.status, str(exc))
+    if isinstance(exc, InvalidArgumentError):
+        return error(400, str(exc))
+    if isinstance(exc, UnknownAgent):
+        return error(404, str(exc))
+    if isinstance(exc, MdMemoryError):
+        return error(503, f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT):
+        return error(503, f"{type(exc).__name__}: {exc.strerror}; retry later (GET /healthz says what is short)")
+    # a bug: answer 500 without echoing text that may hold memory
+    tel.failure(op, exc)
+    return error(500, f"internal error ({type(exc).__name__}); see the service log")
+
+
+def health_problems(agents: Agents, connections: Connections | None, budget: Budget | None) -> list[str]:
+    """Why the service cannot serve every request now: file descriptors nearly all in use, every connection
+    slot taken (new ones are answered 503), agents that failed to open in the last minute."""
+    problems: list[str] = []
+    used = open_fds()
+    if budget is not None and used is not None and used >= budget.fd_limit * 0.9:
+        problems.append(f"file descriptors: {used} of {budget.fd_limit} in use")
+    if connections is not None and connections.open >= connections.cap:
+        problems.append(
+            f"connections: all {connections.cap} in use (service.maxConnections); new ones are answered 503"
+        )
+    return problems + agents.health()

@@ -21,7 +21,7 @@ from typing import Any
 
 from mdmemory.errors import InvalidArgumentError, MdMemoryError
 from mdmemory.service.canonical import id_from_json
-from mdmemory.service.contract import check_agent_id, check_entry
+from mdmemory.service.contract import check_agent_id, check_entry, check_json
 
 Retain = Callable[[str, dict[str, Any]], str]  # (agent_id, entry) -> "retained" | "duplicate" | "forgotten"
 
@@ -105,6 +105,9 @@ def backfill(
             entry = json.loads(raw)
             if not isinstance(entry, dict):
                 raise InvalidArgumentError("entry: not an object")
+            problem = check_json({"entry": entry})  # nesting, lone surrogates, numbers out of range
+            if problem is not None:
+                raise InvalidArgumentError(problem)
             check_entry({"entry": entry})
             if not (isinstance(entry.get("id"), str) and entry["id"].strip()):
                 entry["id"] = id_from_json(raw)
@@ -113,7 +116,7 @@ def backfill(
                 continue
             who = agent or check_agent_id(path.resolve().parent.name, f"agent of {path} (use --agent)")
             status = retain(who, entry)
-        except (ValueError, InvalidArgumentError):
+        except (ValueError, RecursionError, InvalidArgumentError):
             summary.invalid.append(lineno)
             continue
         if status == "retained":

@@ -16,8 +16,10 @@ final text from ``response.json`` (OpenAI ``choices[0].message``, Anthropic ``co
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from mdmemory.errors import InvalidArgumentError
@@ -31,6 +33,11 @@ ENTRY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 SHORT_QUERY_CHARS = 40  # a latest user message shorter than this takes some of the turn before it
 CONTEXT_CHARS = 200  # ... at most this much of it
 MAX_QUERY_CHARS = 2000
+MAX_JSON_DEPTH = 64  # a proxy entry nests about 10 deep (messages, parts, tool schemas); Python's parser ~1000
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_REASON_BYTES = 1024  # a forget's reason, kept in sessions/.tombstones.jsonl
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # entry.ts: a day inside the years datetime can hold at each end
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 _MEMORY_BLOCK = re.compile(r"--- BEGIN MEMORY \(from [^)]*\) ---.*?--- END MEMORY ---", re.DOTALL)
 
 
@@ -82,6 +89,13 @@ def check_entry(body: dict[str, Any]) -> dict[str, Any]:
         raise bad("entry.id", "expected an id such as hist1_<sha256 hex> (1-128 of A-Z a-z 0-9 . _ : -)")
     if not isinstance(entry.get("ts"), str) or not entry["ts"]:
         raise bad("entry.ts", "required, an RFC 3339 time")
+    check_time(entry["ts"], "entry.ts")
+    for name in ("version", "status_code"):
+        check_int64(entry.get(name), f"entry.{name}")
+    usage = entry.get("usage")
+    if isinstance(usage, dict):
+        for name in ("prompt_tokens", "completion_tokens"):
+            check_int64(usage.get(name), f"entry.usage.{name}")
     resp = entry.get("response")
     if resp is not None and not isinstance(resp, dict):
         raise bad("entry.response", 'expected {format: "json"|"sse", json?, text?}')
@@ -102,7 +116,70 @@ def check_entry_ids(body: dict[str, Any]) -> list[str]:
     reason = body.get("reason")
     if reason is not None and not isinstance(reason, str):
         raise bad("reason", "expected a string")
+    if isinstance(reason, str) and len(reason.encode("utf-8")) > MAX_REASON_BYTES:
+        size = len(reason.encode("utf-8"))
+        raise bad("reason", f"{size} bytes, over the limit of {MAX_REASON_BYTES}. Fix: say why in a sentence or two")
     return out
+
+
+def check_time(value: str, field: str) -> datetime:
+    """An RFC 3339 time within ``EARLIEST``..``LATEST`` (so that no time zone can move it out of the years a
+    date can have); InvalidArgumentError naming ``field`` otherwise."""
+    try:
+        ts = datetime.fromisoformat(value)
+    except ValueError:
+        raise bad(field, f"{value[:40]!r} is not an RFC 3339 time such as 2026-11-23T10:00:00Z") from None
+    if ts.tzinfo is None:
+        ts = ts.replace(tzinfo=UTC)
+    try:
+        in_range = EARLIEST <= ts.astimezone(UTC) <= LATEST
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise bad(field, f"{value[:40]!r} is out of range: expected a time between years 0001 and 9999")
+    return ts
+
+
+def check_int64(value: Any, field: str) -> None:
+    """A number the proxy's Go ``int`` can hold (other types are left to the caller's defaults)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise bad(field, f"{str(value)[:40]} is out of range: expected a 64-bit integer")
+
+
+def check_json(body: dict[str, Any]) -> str | None:
+    """What makes a parsed body unusable, naming the field (``entry.request_original.messages[0].content``):
+    nesting deeper than ``MAX_JSON_DEPTH``, a number that is not finite (``1e400``), a lone UTF-16 surrogate
+    (``"\\ud800"``: not text, it cannot be written as UTF-8). None when it is fine."""
+    # Each entry: (value, depth, where) with ``where`` = (parent's where, key or index), turned into a field
+    # name only for the one reported.
+    stack: list[tuple[Any, int, Any]] = [(body, 0, None)]
+    while stack:
+        value, depth, where = stack.pop()
+        if isinstance(value, dict | list):
+            if depth >= MAX_JSON_DEPTH:
+                return f"{_field(where)}: JSON nested deeper than {MAX_JSON_DEPTH} levels"
+            if isinstance(value, dict):  # children pushed last first: the first in the text is reported
+                for key, item in reversed(value.items()):
+                    if _SURROGATE.search(key):
+                        return f"{_field(where)}: a key holds a lone UTF-16 surrogate, which is not text; send UTF-8"
+                    stack.append((item, depth + 1, (where, key)))
+            else:
+                stack.extend((value[i], depth + 1, (where, i)) for i in range(len(value) - 1, -1, -1))
+        elif isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                return f"{_field(where)}: a lone UTF-16 surrogate (such as \\ud800) is not text; send UTF-8"
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{_field(where)}: {value} is not a finite number"
+    return None
+
+
+def _field(where: Any) -> str:
+    parts: list[str] = []
+    while where is not None:
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    name = "".join(reversed(parts)).lstrip(".") or "body"
+    return name if len(name) <= 100 else f"{name[:60]}...{name[-30:]}"
 
 
 # -- message text --------------------------------------------------------------------------------------
@@ -162,13 +239,22 @@ def _request(entry: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """``value`` when it is an object, else an empty one: a body of the wrong shape is read as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _tool_line(name: Any) -> str:
     return str(name) if isinstance(name, str) and name else "tool"
 
 
 def _openai_message(msg: dict[str, Any]) -> tuple[str, list[str]]:
-    calls = [c for c in msg.get("tool_calls") or [] if isinstance(c, dict)]
-    tools = [_tool_line((c.get("function") or {}).get("name")) for c in calls]
+    calls = [c for c in _list(msg.get("tool_calls")) if isinstance(c, dict)]
+    tools = [_tool_line(_dict(c.get("function")).get("name")) for c in calls]
     return content_text(msg.get("content")), tools
 
 
@@ -201,8 +287,8 @@ def _sse_events(text: str) -> list[Any]:
             continue
         try:
             events.append(json.loads(data))
-        except ValueError:
-            continue
+        except (ValueError, RecursionError):
+            continue  # not an event (a line nested past the parser's depth included)
     return events
 
 
@@ -220,19 +306,19 @@ def response_sse(text: str) -> tuple[str, list[str]]:
                     continue
                 if isinstance(delta.get("content"), str):
                     parts.append(delta["content"])
-                for call in delta.get("tool_calls") or []:
+                for call in _list(delta.get("tool_calls")):
                     if isinstance(call, dict):
-                        key, name = ("o", call.get("index")), (call.get("function") or {}).get("name")
+                        key, name = ("o", repr(call.get("index"))), _dict(call.get("function")).get("name")
                         if name or key not in tools:
                             tools[key] = _tool_line(name)
         elif ev.get("type") == "content_block_start":  # Anthropic
-            block = ev.get("content_block") or {}
+            block = _dict(ev.get("content_block"))
             if block.get("type") == "tool_use":
-                tools[("a", ev.get("index"))] = _tool_line(block.get("name"))
+                tools[("a", repr(ev.get("index")))] = _tool_line(block.get("name"))
             elif block.get("type") == "text" and isinstance(block.get("text"), str):
                 parts.append(block["text"])
         elif ev.get("type") == "content_block_delta":
-            delta = ev.get("delta") or {}
+            delta = _dict(ev.get("delta"))
             if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                 parts.append(delta["text"])
     return "".join(parts).strip(), list(tools.values())
@@ -243,8 +329,9 @@ def turn_of(entry: dict[str, Any]) -> Turn:
     texts = message_texts(_request(entry).get("messages"))
     user = next((t for role, t in reversed(texts) if role == "user"), "")
     resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
-    if resp.get("format") == "sse" or (not resp.get("format") and isinstance(resp.get("text"), str)):
-        assistant, tools = response_sse(resp.get("text") or "")
+    text = resp["text"] if isinstance(resp.get("text"), str) else ""
+    if resp.get("format") == "sse" or (not resp.get("format") and text):
+        assistant, tools = response_sse(text)
     else:
         assistant, tools = response_json(resp.get("json"))
     return Turn(user, assistant, tuple(dict.fromkeys(tools)))

@@ -72,5 +72,4 @@ class Readers:
             self._closed = True
             readers, self._all = self._all, []
         for mem in readers:
-            mem._choice = None
-            mem.close()
+            mem.close(provider=False)

@@ -21,6 +21,7 @@ import signal
 import socket
 import struct
 import sys
+from collections import OrderedDict
 from typing import Any
 
 HEADER = struct.Struct(">I")
@@ -57,41 +58,51 @@ def reply(status: int, payload: bytes = b"", **header: Any) -> bytes:
 
 
 class WorkerAgents:
-    """The read-only ``Memory`` of each agent this worker has answered for, opened on first use."""
+    """The read-only ``Memory`` of each agent this worker has answered for, opened on first use; at most
+    ``service.maxOpenAgents`` at once (the service sets it to its own cap), the least recently used closed."""
 
     def __init__(self, config: Any) -> None:
-        from mdmemory.service.agents import Agents
+        from mdmemory.service.agents import DEFAULT_MAX_OPEN, Agents
 
         self.config = config
         self._configs = Agents(config)  # only for config_of: the agent's resolved settings, never opened here
-        self._open: dict[str, Any] = {}
+        self._open: OrderedDict[str, Any] = OrderedDict()
         self._choices: dict[str, Any] = {}
+        self.max_open = config.service.max_open_agents or DEFAULT_MAX_OPEN
 
     def memory(self, agent_id: str) -> Any:
         from mdmemory.memory import Memory
         from mdmemory.service.agents import provider_key, with_sessions
 
         mem = self._open.get(agent_id)
-        if mem is None:
-            agent = with_sessions(self._configs.config_of(agent_id))
-            key = provider_key(agent)
-            mem = Memory(agent, self.config, choice=self._choices.get(key))
-            mem.catches_up = False  # the service's process keeps the index in step with the files
-            self._choices.setdefault(key, mem.choice)
-            self._open[agent_id] = mem
+        if mem is not None:
+            self._open.move_to_end(agent_id)
+            return mem
+        while len(self._open) >= self.max_open:
+            self._close(self._open.popitem(last=False)[1])
+        agent = with_sessions(self._configs.config_of(agent_id))
+        key = provider_key(agent)
+        mem = Memory(agent, self.config, choice=self._choices.get(key))
+        mem.catches_up = False  # the service's process keeps the index in step with the files
+        self._choices.setdefault(key, mem.choice)
+        self._open[agent_id] = mem
         return mem
 
+    def _close(self, mem: Any) -> None:
+        from mdmemory.service.agents import provider_key
+
+        mem.close(provider=mem.current_choice is not self._choices.get(provider_key(mem.agent)))
+
     def close(self) -> None:
-        closed: set[int] = set()
         for mem in self._open.values():
-            choice = mem._choice
-            provider = choice.provider if choice is not None else None
-            if provider is not None and id(provider) in closed:
-                mem._choice = None
-            elif provider is not None:
-                closed.add(id(provider))
-            mem.close()
+            self._close(mem)
         self._open.clear()
+        closed: set[int] = set()
+        for choice in self._choices.values():
+            provider = choice.provider if choice is not None else None
+            if provider is not None and id(provider) not in closed:
+                closed.add(id(provider))
+                provider.close()
 
 
 def answer(agents: WorkerAgents, frame: bytes) -> bytes:

@@ -1,4 +1,4 @@
-"""``mdmemory serve``: the app on uvicorn, the token rules, and a background indexer for retained turns.
+"""``mdmemory serve``: the app on uvicorn within its limits, and a background indexer for retained turns.
 
 uvicorn handles SIGTERM and SIGINT: it stops accepting connections and lets in-flight requests finish
 (up to ``DRAIN_SECONDS``) before the agents' indexes are closed. A retain answers after its block is
@@ -7,46 +7,29 @@ durable; the index follows within about a second (``INDEX_EVERY_SECONDS``), and 
 
 from __future__ import annotations
 
-import ipaddress
+import functools
 import json
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from mdmemory.config import Config
 from mdmemory.errors import ConfigError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
+from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
+from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.telemetry import Telemetry
 
 DRAIN_SECONDS = 30
 INDEX_EVERY_SECONDS = 1.0
-TOKEN_ENV = "MEMORY_API_TOKEN"
-
-
-def token_of(config: Config, env: Mapping[str, str]) -> str | None:
-    return env.get(TOKEN_ENV) or config.service.token or None
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, token: str | None) -> None:
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to listen on {host} without a token: anyone who can reach it could read and erase memory. "
-            f"Fix: set {TOKEN_ENV} (or service.token), or listen on 127.0.0.1."
-        )
+KEEP_ALIVE_SECONDS = 5  # an idle connection between requests is closed after this (uvicorn's default)
 
 
 class BackgroundIndexer:
@@ -67,23 +50,30 @@ class BackgroundIndexer:
             self._thread.join(60)
 
     def _run(self) -> None:
-        import time
-
         while not self._stop.wait(INDEX_EVERY_SECONDS):
-            for agent in self.agents.opened():
-                if agent.drainer is not None and not self._stop.is_set():
-                    self._drain(agent)
-                if not agent.dirty or self._stop.is_set():
+            for agent_id in self.agents.opened():
+                agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
+                if agent is None:
                     continue
-                agent.dirty = False
-                start = time.perf_counter()
                 try:
-                    with agent.lock:
-                        agent.memory.sync()
-                    status = "succeeded"
-                except (MdMemoryError, OSError):
-                    status = "failed"  # status shows it (lastError); the next retain or search tries again
-                self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
+                    self._pass(agent)
+                finally:
+                    self.agents.release(agent)
+
+    def _pass(self, agent: Agent) -> None:
+        if agent.drainer is not None and not self._stop.is_set():
+            self._drain(agent)
+        if not agent.dirty or self._stop.is_set():
+            return
+        agent.dirty = False
+        start = time.perf_counter()
+        try:
+            with agent.lock:
+                agent.memory.sync()
+            status = "succeeded"
+        except (MdMemoryError, OSError):
+            status = "failed"  # status shows it (lastError); the next retain or search tries again
+        self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
     def _drain(self, agent: Agent) -> None:
         """Write what replicas without the agent's files retained and forgot into them (mdmemory.service.drain)."""
@@ -105,31 +95,59 @@ def serve(
     fingerprint: str | None = None,
     recall_workers: int | None = None,
 ) -> None:
-    """Run until SIGTERM/SIGINT. Raises ConfigError for a non-loopback host without a token.
+    """Run until SIGTERM/SIGINT. Raises ConfigError for a token or a bind that cannot work (mdmemory.service.auth)
+    and for limits the file-descriptor limit cannot hold (mdmemory.service.budget).
     ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
     With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
     answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
-    import uvicorn
+    try:
+        import uvicorn
+
+        from mdmemory.service.protocol import Connections, GuardedHttpTools, Limits  # httptools'
+    except ImportError as exc:
+        raise ConfigError(f"mdmemory serve needs {exc.name}. Fix: pip install 'mdmemory[server]'") from None
 
     from mdmemory.service.app import build_app
 
     env = os.environ if env is None else env
     host = host or config.service.host
     port = config.service.port if port is None else port
-    token = token_of(config, env)
-    check_bind(host, token)
-    telemetry = Telemetry()
-    agents = Agents(config, env)
-    indexer = BackgroundIndexer(agents, telemetry)
+    who = auth.resolve(config, env, host)
     workers = config.service.recall_workers if recall_workers is None else recall_workers
-    pool = RecallPool(config, default_size() if workers is None else workers)
+    size = default_size() if workers is None else workers
+    svc = config.service
+    caps = budget.plan(
+        budget.raise_fd_limit(),
+        readers=reader_count(),
+        sockets=len(config.agents) if fingerprint is not None else 0,
+        workers=size,
+        max_open_agents=svc.max_open_agents,
+        max_connections=svc.max_connections,
+    )
+    config = replace(config, service=replace(svc, max_open_agents=caps.max_open_agents))  # workers follow it
+    telemetry = Telemetry()
+    agents = Agents(config, env, max_open=caps.max_open_agents)
+    indexer = BackgroundIndexer(agents, telemetry)
+    pool = RecallPool(config, size)
     if pool.size:
         pool.start()  # before the first request: each worker imports and reads the configuration once
-    app = build_app(agents, token, telemetry, pool if pool.size else None)
+    connections = Connections(caps.max_connections)
+    app = build_app(agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps)
+    limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
+    protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=DRAIN_SECONDS, **settings)
+        uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            http=protocol,  # type: ignore[arg-type]
+            ws="none",  # no WebSocket routes: an upgrade request is an ordinary request (and keeps its limits)
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            timeout_graceful_shutdown=DRAIN_SECONDS,
+            **settings,
+        )
     )
     # uvicorn drains, then raises the signal it caught again under the handler it found: a no-op here,
     # so that the indexer stops and every index is closed before the process exits (status 0).
@@ -140,6 +158,12 @@ def serve(
         sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
     indexer.start()
+    print(
+        f"mdmemory serve: http://{host}:{port}, token: {who.origin}; up to {caps.max_connections} connections "
+        f"and {caps.max_open_agents} open agents (file-descriptor limit {caps.fd_limit})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         server.run()
     finally:

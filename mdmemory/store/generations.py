@@ -5,18 +5,32 @@ symlink to a generation file (``main.sqlite.g2``). SQLite resolves the symlink, 
 its own ``-wal``/``-shm`` files and connections still open on the old generation keep reading a complete,
 consistent index until they notice the flip (``Store.refresh``) and reopen. A rebuild that fails or is
 killed never touches the live index; its leftovers are removed by the next writer.
+
+Only exact names count as this index's: ``<name>.g<digits>`` and ``.<name>.swap-<digits>``. Another index in
+the same folder may have a name that starts with this one's (an agent ``main.sqlite.g1`` beside ``main``:
+``main.sqlite.g1.sqlite``, and its generations ``main.sqlite.g1.sqlite.g2``); its files are never taken for
+ours, so one index's tidying cannot delete another's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import re
 from pathlib import Path
 
 from mdmemory.store.connection import remove_database
 
-_GEN = re.compile(r"\.g(\d+)$")
+
+def _generation_number(path: Path, sibling: str) -> int | None:
+    """N when ``sibling`` is exactly ``<path.name>.g<N>``, else None."""
+    m = re.fullmatch(re.escape(path.name) + r"\.g(\d+)", sibling)
+    return int(m.group(1)) if m else None
+
+
+def _is_swap_link(path: Path, sibling: str) -> bool:
+    return re.fullmatch(re.escape(f".{path.name}.swap-") + r"\d+", sibling) is not None
 
 
 def live_file(path: Path) -> Path:
@@ -27,10 +41,10 @@ def live_file(path: Path) -> Path:
 def next_generation(path: Path) -> Path:
     """A fresh generation file name beside ``path`` (``<name>.g<N>``), never the live one."""
     numbers = [0]
-    for sibling in path.parent.glob(f"{path.name}.g*"):
-        m = _GEN.search(sibling.name)
-        if m:
-            numbers.append(int(m.group(1)))
+    for sibling in path.parent.glob(f"{glob.escape(path.name)}.g*"):
+        n = _generation_number(path, sibling.name)
+        if n is not None:
+            numbers.append(n)
     return path.with_name(f"{path.name}.g{max(numbers) + 1}")
 
 
@@ -57,11 +71,13 @@ def remove_orphans(path: Path) -> list[Path]:
     """Delete generation files and swap links that the live index does not use (a killed rebuild)."""
     live = live_file(path)
     removed: list[Path] = []
-    for sibling in path.parent.glob(f"{path.name}.g*"):
-        if _GEN.search(sibling.name) and sibling.resolve() != live:
+    for sibling in path.parent.glob(f"{glob.escape(path.name)}.g*"):
+        if _generation_number(path, sibling.name) is not None and sibling.resolve() != live:
             remove_database(sibling)
             removed.append(sibling)
-    for link in path.parent.glob(f".{path.name}.swap-*"):
+    for link in path.parent.glob(f".{glob.escape(path.name)}.swap-*"):
+        if not _is_swap_link(path, link.name):
+            continue
         with contextlib.suppress(FileNotFoundError):
             link.unlink()
             removed.append(link)
