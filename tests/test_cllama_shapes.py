@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests import cllama_shapes as cs
-from tests import gojson
+from tests import cllama_usage, gojson
 from tests import provider_shapes as ps
 
 FIXTURES = sorted((Path(__file__).parent / "fixtures" / "cllama").glob("*.json"))
@@ -43,7 +43,7 @@ def _entry(f: dict[str, Any]) -> cs.Entry:
         request_effective=f["request_effective"].encode(),
         response=f["response"].encode(),
         stream=sse,
-        usage=cs.usage_for(provider, model, f["response"].encode(), sse),
+        usage=cllama_usage.usage_for(provider, model, f["response"].encode(), sse),
     )
 
 
