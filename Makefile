@@ -1,6 +1,7 @@
 # Two set-up commands (see README):
 #   make run   - virtualenv, install, index workspace-template/ into ./.state, run sample searches
 #   make test  - install the test dependencies (compiles llama-cpp-python once) and run the whole suite
+#   make lint  - ruff, mypy (CI runs it before the tests); make graph - the import graph summary
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -15,7 +16,7 @@ LLAMA_VERSION ?= 0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF
 WHEELHOUSE ?= $(HOME)/.cache/mdmemory/wheels/$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha1sum | cut -c1-12)
 
-.PHONY: run test venv bench lint clean
+.PHONY: run test venv bench lint graph clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +52,13 @@ bench: $(VENV)/.test
 	$(BIN)/python benchmarks/run_all.py
 
 lint: $(VENV)/.test
-	$(BIN)/ruff check mdmemory tests benchmarks
-	$(BIN)/ruff format --check mdmemory tests benchmarks
-	$(BIN)/mypy mdmemory
+	$(BIN)/ruff check mdmemory tests benchmarks scripts
+	$(BIN)/ruff format --check mdmemory tests benchmarks scripts
+	$(BIN)/mypy mdmemory scripts/import_graph.py
+
+# The package's import graph: floors (subpackages) with their sizes, the edges between them, cycles.
+graph:
+	$(PYTHON) scripts/import_graph.py
 
 clean:
 	rm -rf $(VENV) $(STATE) .pytest_cache
