@@ -61,14 +61,14 @@ def test_both_plans_rank_and_attribute_exactly_as_fts5(
     mem.sync()
     rng = random.Random(seed * 7)
     used: list[str] = []
-    original = fts.FtsSearch._rare_first
+    original = fts.FtsSearch.rare_first
 
     def spy(self: fts.FtsSearch, terms: list[str], k: int) -> object:
         got = original(self, terms, k)
         used.append("rare" if got is not None else "general")
         return got
 
-    monkeypatch.setattr(fts.FtsSearch, "_rare_first", spy)
+    monkeypatch.setattr(fts.FtsSearch, "rare_first", spy)
     for _ in range(120):
         # one to three common words with one to three rarer ones (or absent ones), in any order
         terms = rng.sample(VOCAB[:6], rng.randint(0, 3)) + rng.sample(VOCAB[20:], rng.randint(1, 3))
@@ -89,7 +89,7 @@ def test_rare_first_falls_back_when_common_only_rows_could_rank(
         write(workspace / "memory" / f"2026-03-{1 + i % 28:02d}-n{i}.md", f"# Note {i}\n\nThe plan{extra}.\n")
     mem = make_memory(provider="none")
     mem.sync()
-    assert mem.store._rare_first(["heron", "plan"], 10) is None
+    assert mem.store.keyword_search.rare_first(["heron", "plan"], 10) is None
     assert same(mem.store.keyword_matches(["heron", "plan"], 10), expected(mem, ["heron", "plan"], 10))
 
 

@@ -30,7 +30,7 @@ def exact(path: Path, q: np.ndarray, k: int) -> list[tuple[int, float]]:
     """The answer of sqlite-vec's own scan: the first KNN of a fresh connection never uses the matrix."""
     with Store(path) as fresh:
         got = fresh.knn(q, k)
-        assert fresh._matrix is None
+        assert fresh.vectors.matrix is None
         return got
 
 
@@ -38,7 +38,7 @@ def held(store: Store, rng: np.random.Generator, dims: int) -> None:
     """Search twice (the first KNN of a connection never loads the matrix): the vectors are then in memory."""
     for _ in range(2):
         store.knn(unit(rng, 1, dims)[0], 3)
-    assert store._matrix is not None
+    assert store.vectors.matrix is not None
 
 
 def same(a: list[tuple[int, float]], b: list[tuple[int, float]]) -> None:
@@ -52,11 +52,11 @@ def test_a_second_search_answers_from_memory_exactly_as_sqlite_vec(tmp_path: Pat
     with Store(path) as s:
         write(s, "memory/a.md", unit(rng, 900, 24), windows=3)  # 300 chunks of 3 vectors each
         first = s.knn(unit(rng, 1, 24)[0], 10)
-        assert s._matrix is None and len(first) == 10  # the first KNN of a connection: sqlite-vec
+        assert s.vectors.matrix is None and len(first) == 10  # the first KNN of a connection: sqlite-vec
         for _ in range(15):
             q = unit(rng, 1, 24)[0]
             got = s.knn(q, 25)
-            assert s._matrix is not None
+            assert s.vectors.matrix is not None
             same(got, exact(path, q, 25))
             assert len({cid for cid, _ in got}) == 25  # a chunk counted once, at its best window
 
@@ -70,7 +70,7 @@ def test_the_matrix_follows_writes_deletes_and_other_connections(tmp_path: Path)
         reader.knn(unit(rng, 1, 16)[0], 5)
         q = unit(rng, 1, 16)[0]
         same(reader.knn(q, 20), exact(path, q, 20))
-        held = reader._matrix
+        held = reader.vectors.matrix
         steps = [
             lambda: write(writer, "memory/c.md", unit(rng, 50, 16)),  # another connection adds
             lambda: writer.delete_file("memory/a.md"),  # ... and deletes
@@ -82,7 +82,7 @@ def test_the_matrix_follows_writes_deletes_and_other_connections(tmp_path: Path)
             for _ in range(3):
                 q = unit(rng, 1, 16)[0]
                 same(reader.knn(q, 20), exact(path, q, 20))
-        assert reader._matrix is held  # caught up in place, never reloaded whole
+        assert reader.vectors.matrix is held  # caught up in place, never reloaded whole
         assert held.live_count == reader.vector_count()
         live = sorted(int(i) for i in held.ids[: held.size][held.live[: held.size]])
         assert live == [r[0] for r in reader.conn.execute("SELECT id FROM vectors ORDER BY id")]
@@ -98,7 +98,7 @@ def test_mostly_deleted_rows_are_compacted_away(tmp_path: Path) -> None:
         s.delete_file("memory/a.md")
         q = unit(rng, 1, 8)[0]
         same(s.knn(q, 10), exact(path, q, 10))
-        assert s._matrix is not None and s._matrix.size == s._matrix.live_count == 40
+        assert s.vectors.matrix is not None and s.vectors.matrix.size == s.vectors.matrix.live_count == 40
 
 
 def test_an_index_over_the_size_bound_stays_on_sqlite_vec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +111,7 @@ def test_an_index_over_the_size_bound_stays_on_sqlite_vec(tmp_path: Path, monkey
         write(s, "memory/b.md", unit(rng, 1, 16))  # 100 vectors: over the bound, the memory is let go
         q = unit(rng, 1, 16)[0]
         same(s.knn(q, 10), exact(path, q, 10))
-        assert s._matrix is None
+        assert s.vectors.matrix is None
 
 
 def test_a_rebuild_swapped_in_drops_the_old_generations_vectors(tmp_path: Path) -> None:
@@ -121,4 +121,4 @@ def test_a_rebuild_swapped_in_drops_the_old_generations_vectors(tmp_path: Path) 
         write(s, "memory/a.md", unit(rng, 50, 8))
         held(s, rng, 8)
         s.reopen()  # what refresh() does when a rebuild swapped another file in
-        assert s._matrix is None
+        assert s.vectors.matrix is None

@@ -20,8 +20,10 @@ term with exactly the values the OR query gives. Two plans use that:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from mdmemory.store.sqlite_db import SqliteDb
 
 MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (cleared when the index changes)
 BM25_K1 = 1.2  # FTS5's bm25() constants (fts5_aux.c): its idf floor and k1
@@ -82,15 +84,15 @@ def split_rare_common(counts: dict[str, int], rows: int) -> tuple[list[str], lis
 
 
 class FtsSearch:
-    """Mixed into the SQLite ``Store``: needs ``conn``, ``_memoised`` and ``chunk_count``."""
+    """The SQLite store's keyword search, on its open index ``db``; ``chunk_count`` counts the index's chunks."""
 
-    conn: Any
+    def __init__(self, db: SqliteDb, chunk_count: Callable[[], int]) -> None:
+        self.db = db
+        self.chunk_count = chunk_count
 
-    def _memoised(self, name: str, compute: Any) -> Any:  # provided by Store
-        raise NotImplementedError
-
-    def chunk_count(self) -> int:  # provided by Store
-        raise NotImplementedError
+    @property
+    def conn(self) -> Any:
+        return self.db.conn
 
     def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``terms`` (FTS5, porter unicode61): (chunk id, bm25) best first."""
@@ -107,7 +109,7 @@ class FtsSearch:
             return []
         if len(unique) == 1:  # (one arm would be flattened into the aggregate, where bm25() cannot run)
             return [(rid, rank, {unique[0]}) for rid, rank in self.keyword(unique, k)]
-        quick = self._rare_first(unique, k)
+        quick = self.rare_first(unique, k)
         if quick is not None:
             return quick
         arms = " UNION ALL ".join(f"{_SCORED} {i} AS t {_WHERE}" for i in range(len(unique)))
@@ -117,7 +119,7 @@ class FtsSearch:
         ).fetchall()
         return [(int(r[0]), float(r[1]), {unique[int(i)] for i in str(r[2]).split(",")}) for r in rows]
 
-    def _rare_first(self, terms: list[str], k: int) -> list[tuple[int, float, set[str]]] | None:
+    def rare_first(self, terms: list[str], k: int) -> list[tuple[int, float, set[str]]] | None:
         """The rare-first plan (module docstring); None when it does not apply or cannot prove its answer."""
         rows = self.chunk_count()
         counts = {t: self._rows_matching(fts_match([t]) or "", rows + 1) for t in terms}
@@ -175,7 +177,7 @@ class FtsSearch:
     def _rows_matching(self, term_match: str, limit: int) -> int:
         """How many chunks match an FTS5 expression, counting no further than ``limit`` (no scoring, cheap;
         remembered until the index changes: a common term costs a scan of its whole posting list)."""
-        counts: dict[tuple[str, int], int] = self._memoised("term_counts", dict)
+        counts: dict[tuple[str, int], int] = self.db.memoised("term_counts", dict)
         found = counts.get((term_match, limit))
         if found is None:
             row = self.conn.execute(

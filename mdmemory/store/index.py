@@ -1,12 +1,17 @@
-"""The per-agent index: files, chunks (+ FTS5 via triggers), vectors (vec0) and the embedding cache."""
+"""The per-agent index: files, chunks (+ FTS5 via triggers), vectors (vec0) and the embedding cache.
+
+``Store`` is the SQLite ``IndexStore``: it opens the file (read-only when it cannot write) and writes files'
+rows itself; the rest is done by its parts over the one open index (``SqliteDb``), each in its own module —
+keyword search (``fts``), vector writes and reads (``vecwrite``, ``knn``), the embedding cache (``cache``), locks
+and rebuilds (``lifecycle``) — and ``Store`` hands each ``IndexStore`` call to its part.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +19,7 @@ import sqlean
 
 from mdmemory.errors import StoreError
 from mdmemory.store.cache import EmbeddingCache
-from mdmemory.store.connection import connect, transaction
+from mdmemory.store.connection import connect
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
 from mdmemory.store.fts import FtsSearch
 from mdmemory.store.knn import VectorReads
@@ -22,10 +27,13 @@ from mdmemory.store.lifecycle import SqliteLifecycle
 from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmemory.store.schema import check_ours, check_readable_schema, migrate
 from mdmemory.store.sql import rows_in
+from mdmemory.store.sqlite_db import SqliteDb
 from mdmemory.store.vecwrite import VectorWrites
 
 if TYPE_CHECKING:
-    from mdmemory.store.matrix import VectorMatrix
+    import numpy as np
+
+    from mdmemory.store.api import IndexStore
 
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
 _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that already name the index
@@ -35,10 +43,8 @@ _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that alr
 }
 
 
-class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycle):
-    """One agent's SQLite index. Every write to a file's rows happens in one transaction.
-
-    ``VectorWrites`` comes before ``VectorReads``: it implements what the latter declares as provided."""
+class Store:
+    """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
     def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
         """Open (creating and migrating as needed) the index at ``path``.
@@ -52,12 +58,19 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
         self.readonly = readonly
         self.readonly_reason: str | None = None
         self.write_fault: StoreError | None = None
-        self._memo: dict[str, tuple[tuple[int, int], Any]] = {}
-        self._matrix: VectorMatrix | None = None  # the vectors in memory for KNN, opened on first use
-        self._matrix_key: tuple[int, int] | None = None
-        self._knn_calls = 0
         self._write_retry_at = 0.0
-        self.conn = self._open()
+        self.db = SqliteDb(self.path)
+        self.keyword_search = FtsSearch(self.db, self.chunk_count)
+        self.vector_writes = VectorWrites(self.db)
+        self.vectors = VectorReads(self.db, self.vector_writes, self.chunk_count)
+        self.cache = EmbeddingCache(self.db)
+        self.lifecycle = SqliteLifecycle(self.path, Store, self.reopen)
+        self.db.conn = self._open()
+
+    @property
+    def conn(self) -> Any:
+        """The connection to the index (a new one after ``reopen``)."""
+        return self.db.conn
 
     @property
     def inode(self) -> int | None:
@@ -142,9 +155,8 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
 
     def reopen(self) -> None:
         self.conn.close()
-        self._memo.clear()
-        self._matrix = None
-        self.conn = self._open()
+        self.db.reset()
+        self.db.conn = self._open()
 
     def close(self) -> None:
         self.conn.close()
@@ -154,42 +166,6 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[None]:
-        """A write transaction; memoised values are dropped if it rolls back."""
-        try:
-            with transaction(self.conn):
-                yield
-        except BaseException:
-            self._memo.clear()
-            self._matrix = None
-            raise
-
-    def _version(self) -> tuple[int, int]:
-        """Changes whenever this or another connection commits a change to the index."""
-        return (int(self.conn.execute("PRAGMA data_version").fetchone()[0]), self.conn.total_changes)
-
-    def _memoised(self, name: str, compute: Any) -> Any:
-        """Cache a value until this or another connection commits a change."""
-        key = self._version()
-        hit = self._memo.get(name)
-        if hit is not None and hit[0] == key:
-            return hit[1]
-        value = compute()
-        self._memo[name] = (key, value)
-        return value
-
-    # -- meta -------------------------------------------------------------------------------------
-    def get_meta(self, key: str, default: Any = None) -> Any:
-        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else default
-
-    def set_meta(self, key: str, value: Any) -> None:
-        self.conn.execute(
-            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, json.dumps(value, sort_keys=True)),
-        )
 
     # -- files ------------------------------------------------------------------------------------
     def files(self) -> dict[str, FileRow]:
@@ -214,7 +190,7 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
         """
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
-        with self._tx():
+        with self.db.tx():
             self._delete_rows(file.path)
             ids: list[int] = []
             for c in chunks:
@@ -226,7 +202,7 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
                 ids.append(int(cur.lastrowid))
             if vectors is not None and len(ids):
                 known = [(cid, cv) for cid, cv in zip(ids, vectors, strict=True) if cv is not None]
-                self._insert_vectors([cid for cid, _ in known], [cv for _, cv in known])
+                self.vector_writes.insert_vectors([cid for cid, _ in known], [cv for _, cv in known])
                 self.conn.executemany(
                     "INSERT INTO pending_embeddings(chunk_id) VALUES (?)",
                     [(cid,) for cid, cv in zip(ids, vectors, strict=True) if cv is None],
@@ -240,7 +216,7 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
 
     def delete_file(self, path: str) -> None:
         """Remove a file and every row derived from it, in one transaction."""
-        with self._tx():
+        with self.db.tx():
             self._delete_rows(path)
             self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
 
@@ -254,7 +230,7 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
             ]
             # one statement per rowid: vec0 resolves `rowid = ?` directly but scans for `rowid IN (...)`
             self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ids)
-            if self._has_bits():
+            if self.vector_writes.has_bits():
                 self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
             self.conn.executemany("DELETE FROM vectors WHERE id = ?", ids)
         self.conn.execute(
@@ -263,7 +239,7 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
 
     def chunk_count(self) -> int:
-        return int(self._memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
+        return int(self.db.memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
 
     # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -304,6 +280,105 @@ class Store(FtsSearch, VectorWrites, VectorReads, EmbeddingCache, SqliteLifecycl
             "vectors": vectors,
             "cacheEntries": one("SELECT count(*) FROM embedding_cache"),
         }
+
+    # -- handed to the parts ------------------------------------------------------------------------
+    def get_meta(self, key: str, default: Any = None) -> Any:
+        return self.db.get_meta(key, default)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        self.db.set_meta(key, value)
+
+    def delete_meta(self, key: str) -> None:
+        self.db.delete_meta(key)
+
+    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.keyword_search.keyword(terms, k)
+
+    def keyword_matches(self, terms: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
+        return self.keyword_search.keyword_matches(terms, k)
+
+    def term_frequency_at_least(self, term: str, limit: int) -> int:
+        return self.keyword_search.term_frequency_at_least(term, limit)
+
+    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.keyword_search.trigram(grams, k)
+
+    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.keyword_search.substring(needles, k)
+
+    def vec_dims(self) -> int | None:
+        return self.vector_writes.vec_dims()
+
+    def vector_count(self) -> int:
+        return self.vector_writes.vector_count()
+
+    def pending_count(self) -> int:
+        return self.vector_writes.pending_count()
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
+        return self.vector_writes.pending_chunks(limit, after_id)
+
+    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
+        return self.vector_writes.add_vectors(items)
+
+    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        return self.vectors.knn(query, k)
+
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
+        return self.vectors.start_knn(query, k)
+
+    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        return self.vectors.chunk_similarities(chunk_ids, query)
+
+    def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
+        return self.vectors.vector_similarities(chunk_ids, query)
+
+    def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:
+        return self.vectors.chunk_vectors(chunk_ids)
+
+    def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.vectors.vectors_by_hash(hashes)
+
+    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.cache.cache_get(provider, model, key, hashes)
+
+    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
+        self.cache.cache_put(provider, model, key, items)
+
+    def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
+        self.cache.cache_touch(provider, model, key, hashes)
+
+    def cache_prune(self, max_entries: int) -> int:
+        return self.cache.cache_prune(max_entries)
+
+    def cache_entries(self) -> Iterator[tuple[tuple[str, str, str], dict[str, np.ndarray]]]:
+        return self.cache.entries()
+
+    def reading(self) -> contextlib.AbstractContextManager[None]:
+        return self.lifecycle.reading()
+
+    def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
+        return self.lifecycle.writing(wait)
+
+    def embedding_turn(self) -> contextlib.AbstractContextManager[bool]:
+        return self.lifecycle.embedding_turn()
+
+    def tidy(self) -> None:
+        self.lifecycle.tidy()
+
+    def settle(self) -> None:
+        self.lifecycle.settle()
+
+    def begin_rebuild(self) -> Store:
+        fresh = self.lifecycle.begin_rebuild()
+        assert isinstance(fresh, Store)
+        return fresh
+
+    def finish_rebuild(self, built: IndexStore) -> None:
+        self.lifecycle.finish_rebuild(built)
+
+    def abandon_rebuild(self, built: IndexStore) -> None:
+        self.lifecycle.abandon_rebuild(built)
 
 
 def _inode(path: Path) -> int | None:

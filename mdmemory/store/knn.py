@@ -1,5 +1,5 @@
 """Reads of the SQLite store's vectors: KNN through sqlite-vec (or the vectors held in memory), and the
-similarities a search and a pack ask for. Mixed into ``Store``, which writes them."""
+similarities a search and a pack ask for. A part of ``Store``; ``VectorWrites`` writes them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.store.sql import rows_in
+from mdmemory.store.sqlite_db import SqliteDb
 from mdmemory.store.vectors import cosine_similarities, decode_vector, encode_vector
+from mdmemory.store.vecwrite import VectorWrites
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,28 +26,30 @@ VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
 
 
 class VectorReads:
-    """Needs ``conn``, ``vec_dims``, ``vector_count``, ``chunk_count``, ``_has_bits`` and ``_version`` of
-    ``Store``, and its ``_knn_calls``, ``_matrix`` and ``_matrix_key``."""
+    """Reads of the SQLite store's vectors, on its open index ``db``; ``writes`` knows their dimensions and
+    count, ``chunk_count`` counts the chunks. ``matrix`` is the vectors held in memory, once loaded."""
 
-    conn: Any
-    _knn_calls: int
-    _matrix: VectorMatrix | None
-    _matrix_key: tuple[int, int] | None
+    def __init__(self, db: SqliteDb, writes: VectorWrites, chunk_count: Callable[[], int]) -> None:
+        self.db = db
+        self.writes = writes
+        self.chunk_count = chunk_count
+        self.matrix: VectorMatrix | None = None  # the vectors in memory for KNN, opened on first use
+        self.matrix_key: tuple[int, int] | None = None
+        self.knn_calls = 0
+        db.on_reset(self.forget_matrix)
 
-    def vec_dims(self) -> int | None:  # provided by Store
-        raise NotImplementedError
+    @property
+    def conn(self) -> Any:
+        return self.db.conn
 
-    def vector_count(self) -> int:  # provided by Store
-        raise NotImplementedError
+    def forget_matrix(self) -> None:
+        self.matrix = None
 
-    def chunk_count(self) -> int:  # provided by Store
-        raise NotImplementedError
+    def vec_dims(self) -> int | None:
+        return self.writes.vec_dims()
 
-    def _has_bits(self) -> bool:  # provided by Store
-        raise NotImplementedError
-
-    def _version(self) -> tuple[int, int]:  # provided by Store
-        raise NotImplementedError
+    def vector_count(self) -> int:
+        return self.writes.vector_count()
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks by cosine distance, best first, through sqlite-vec's KNN index form.
@@ -70,7 +74,7 @@ class VectorReads:
         matrix = self._vector_matrix(stored)
         if matrix is not None:
             hits = matrix.nearest(query, want)
-        elif not self._has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
+        elif not self.writes.has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
                 "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
@@ -105,18 +109,18 @@ class VectorReads:
         once, so only a store that searches again (a server, a daemon, a benchmark) holds them."""
         from mdmemory.store import matrix
 
-        self._knn_calls += 1
+        self.knn_calls += 1
         dims = self.vec_dims()
-        if dims is None or self._knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
-            self._matrix = None
+        if dims is None or self.knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
+            self.matrix = None
             return None
-        key = self._version()
-        if self._matrix is None or self._matrix.dims != int(dims):
-            self._matrix, self._matrix_key = matrix.VectorMatrix(int(dims)), None
-        if self._matrix_key != key:
-            self._matrix.sync(self.conn)
-            self._matrix_key = key
-        return self._matrix
+        key = self.db.version()
+        if self.matrix is None or self.matrix.dims != int(dims):
+            self.matrix, self.matrix_key = matrix.VectorMatrix(int(dims)), None
+        if self.matrix_key != key:
+            self.matrix.sync(self.conn)
+            self.matrix_key = key
+        return self.matrix
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""

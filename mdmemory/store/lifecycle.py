@@ -10,27 +10,39 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mdmemory.errors import LockError
 from mdmemory.store.connection import remove_database, transaction
 from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
-from mdmemory.store.vectors import decode_vector
 
-if TYPE_CHECKING:
-    import numpy as np
 
-    from mdmemory.store.api import IndexStore
-    from mdmemory.store.index import Store
+class Built(Protocol):
+    """A store on a generation file, finished or abandoned."""
+
+    @property
+    def path(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Generation(Built, Protocol):
+    """A store opened on a new generation file (``Store`` itself: the constructor is passed in, not imported)."""
+
+    @property
+    def conn(self) -> Any: ...
 
 
 class SqliteLifecycle:
-    """Mixed into ``Store``."""
+    """A part of ``Store``: the index at ``path``; ``open_generation`` opens a store on a new generation file
+    (``Store``), ``reopen`` makes the store follow a swapped-in index."""
 
-    path: Path
-    conn: Any
+    def __init__(self, path: Path, open_generation: Callable[[Path], Generation], reopen: Callable[[], None]) -> None:
+        self.path = path
+        self.open_generation = open_generation
+        self.reopen = reopen
 
     def reading(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
@@ -59,11 +71,9 @@ class SqliteLifecycle:
     def settle(self) -> None:
         """Nothing is deferred: sqlite-vec's index takes each vector as it is written."""
 
-    def begin_rebuild(self) -> Store:
-        from mdmemory.store.index import Store
-
+    def begin_rebuild(self) -> Generation:
         target = next_generation(self.path)
-        fresh = Store(target)
+        fresh = self.open_generation(target)
         try:
             fresh.conn.execute("ATTACH DATABASE ? AS live", (str(live_file(self.path)),))
             with transaction(fresh.conn):
@@ -75,37 +85,14 @@ class SqliteLifecycle:
             raise
         return fresh
 
-    def finish_rebuild(self, built: IndexStore) -> None:
+    def finish_rebuild(self, built: Built) -> None:
         built.close()
         swap_in(self.path, Path(built.path))
         self.reopen()
 
-    def abandon_rebuild(self, built: IndexStore) -> None:
+    def abandon_rebuild(self, built: Built) -> None:
         built.close()
         remove_database(Path(built.path))
-
-    def reopen(self) -> None:  # provided by Store
-        raise NotImplementedError
-
-    def delete_meta(self, key: str) -> None:
-        self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
-
-    def cache_entries(self) -> Iterator[tuple[tuple[str, str, str], dict[str, np.ndarray]]]:
-        group: tuple[str, str, str] | None = None
-        items: dict[str, np.ndarray] = {}
-        rows = self.conn.execute(
-            "SELECT provider, model, provider_key, hash, embedding FROM embedding_cache "
-            "ORDER BY provider, model, provider_key, hash"
-        )
-        for provider, model, key, digest, blob in rows:
-            if group != (provider, model, key) and items:
-                assert group is not None
-                yield group, items
-                items = {}
-            group = (provider, model, key)
-            items[str(digest)] = decode_vector(blob)
-        if items and group is not None:
-            yield group, items
 
 
 @contextlib.contextmanager

@@ -1,43 +1,35 @@
 """The SQLite store's vector writes: the vec0 tables (float vectors for KNN, bit codes for the coarse pass),
-vectors inserted with their chunks or later, and the chunks still waiting for theirs. Mixed into ``Store``."""
+vectors inserted with their chunks or later, and the chunks still waiting for theirs. A part of ``Store``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import sqlean
 
 from mdmemory.errors import StoreError
 from mdmemory.store.rows import ChunkRow, ChunkVectors
+from mdmemory.store.sqlite_db import SqliteDb
 from mdmemory.store.vectors import encode_vector
 
 
 class VectorWrites:
-    """Needs ``conn``, ``path``, ``_tx``, ``_memoised`` and the meta accessors of ``Store``."""
+    """Writes of the SQLite store's vectors, on its open index ``db``."""
 
-    conn: Any
-    path: Path
+    def __init__(self, db: SqliteDb) -> None:
+        self.db = db
 
-    def _tx(self) -> Any:  # provided by Store
-        raise NotImplementedError
-
-    def _memoised(self, name: str, compute: Any) -> Any:  # provided by Store
-        raise NotImplementedError
-
-    def get_meta(self, key: str, default: Any = None) -> Any:  # provided by Store
-        raise NotImplementedError
-
-    def set_meta(self, key: str, value: Any) -> None:  # provided by Store
-        raise NotImplementedError
+    @property
+    def conn(self) -> Any:
+        return self.db.conn
 
     # -- vectors ----------------------------------------------------------------------------------
     def vec_dims(self) -> int | None:
-        dims = self._memoised("vec_dims", lambda: self.get_meta("vec_dims"))
+        dims = self.db.memoised("vec_dims", lambda: self.db.get_meta("vec_dims"))
         return int(dims) if dims is not None else None
 
-    def _has_bits(self) -> bool:
+    def has_bits(self) -> bool:
         dims = self.vec_dims()
         return dims is not None and dims % 8 == 0
 
@@ -47,7 +39,7 @@ class VectorWrites:
             return
         if current is not None:
             raise StoreError(
-                f"index {self.path} holds {current}-dim vectors but the provider returned {dims}; "
+                f"index {self.db.path} holds {current}-dim vectors but the provider returned {dims}; "
                 "run `mdmemory index --force` to rebuild"
             )
         self.conn.execute(
@@ -56,9 +48,9 @@ class VectorWrites:
         )
         if dims % 8 == 0:
             self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec_bits USING vec0(embedding bit[{dims}])")
-        self.set_meta("vec_dims", dims)
+        self.db.set_meta("vec_dims", dims)
 
-    def _insert_vectors(self, chunk_ids: list[int], vectors: Sequence[ChunkVectors]) -> None:
+    def insert_vectors(self, chunk_ids: list[int], vectors: Sequence[ChunkVectors]) -> None:
         rows = [(cid, h, v) for cid, cv in zip(chunk_ids, vectors, strict=True) for h, v in zip(*cv, strict=True)]
         if not rows:
             return
@@ -74,7 +66,7 @@ class VectorWrites:
         self.conn.executemany(
             "INSERT INTO chunks_vec(rowid, embedding) VALUES (?, ?)", list(zip(ids, blobs, strict=True))
         )
-        if self._has_bits():
+        if self.has_bits():
             codes = np.packbits(matrix > 0, axis=1)
             self.conn.executemany(
                 "INSERT INTO chunks_vec_bits(rowid, embedding) VALUES (?, vec_bit(?))",
@@ -84,7 +76,7 @@ class VectorWrites:
     def vector_count(self) -> int:
         if self.vec_dims() is None:
             return 0
-        return int(self._memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
+        return int(self.db.memoised("vectors", lambda: self.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]))
 
     # -- pending embeddings -----------------------------------------------------------------------
     def pending_count(self) -> int:
@@ -96,7 +88,7 @@ class VectorWrites:
             except sqlean.OperationalError:  # an index older than migration 3, opened read-only
                 return 0
 
-        return int(self._memoised("pending", count))
+        return int(self.db.memoised("pending", count))
 
     def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
         """Up to ``limit`` pending chunks with ids above ``after_id``, in id order."""
@@ -114,7 +106,7 @@ class VectorWrites:
         A chunk that is no longer pending with the same text (its file was re-indexed meanwhile by another
         process) is skipped. Returns how many chunks got their vectors.
         """
-        with self._tx():
+        with self.db.tx():
             ready: list[tuple[int, ChunkVectors]] = []
             for chunk, vectors in items:
                 cur = self.conn.execute(
@@ -124,5 +116,5 @@ class VectorWrites:
                 )
                 if cur.rowcount == 1 and chunk.id is not None:
                     ready.append((chunk.id, vectors))
-            self._insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
+            self.insert_vectors([cid for cid, _ in ready], [cv for _, cv in ready])
         return len(ready)
