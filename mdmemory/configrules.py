@@ -15,7 +15,7 @@ from types import NoneType, UnionType
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from mdmemory.errors import ConfigError
-from mdmemory.redact import REDACTED, looks_secret, redact_value, scrub
+from mdmemory.redaction.credentials import REDACTED, looks_secret, redact_value, scrub
 from mdmemory.settings import AgentKeys, Defaults, Entry, MemorySearchConfig
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mdmemory.redact import is_secret_name, looks_secret, redact_value, scrub
+from mdmemory.redaction.credentials import is_secret_name, looks_secret, redact_value, scrub
 
 
 @pytest.mark.parametrize(

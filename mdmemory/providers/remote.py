@@ -44,7 +44,7 @@ from mdmemory.providers.transport import (
     parse_retry_after,
     read_capped,
 )
-from mdmemory.redact import REDACTED, is_secret_name, scrub
+from mdmemory.redaction.credentials import REDACTED, is_secret_name, scrub
 from mdmemory.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ context, and the paths and citations in them.
 as it was; ``find_secrets(text)`` gives the spans, ``(start, end, kind)``, sorted and non-overlapping;
 ``redact_path(path)`` is ``redact`` for the paths outputs show, remembered. Where no kind is known (a config
 value under a secret-looking key, a header value), ``REDACTED`` (``[REDACTED]``) stands in: one marker format
-for every output (mdmemory.redact uses the same).
+for every output (``credentials.py`` uses the same).
 
 The detector (``rules.py``, ``scan.py``):
 

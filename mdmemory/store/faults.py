@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from mdmemory.errors import StoreError
-from mdmemory.redact import scrub
+from mdmemory.redaction.credentials import scrub
 
 NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less free space than this is treated as a full disk
 

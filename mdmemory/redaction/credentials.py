@@ -1,11 +1,11 @@
-"""Secret detection for configuration, errors and headers: which names carry credentials and which strings
-look like one.
+"""Credentials in configuration, errors and headers: which names carry them and which strings look like one.
 
 One place for the rules shared by the remote provider (header and URL query names, text quoted from a
 server) and the config loader (values echoed in its error messages). It is broader than
 ``mdmemory.redaction`` (any ``sk-`` word, any ``Bearer`` value, any user in a URL), which it applies first;
-the markers are that module's: ``[REDACTED:<kind>]`` where the kind is known, ``[REDACTED]`` for the value of
-a secret-looking key. Imports only that module, so any module can use it without an import cycle.
+the markers are the package's: ``[REDACTED:<kind>]`` where the kind is known, ``[REDACTED]`` for the value of
+a secret-looking key. Imports only the package, so any module can use it without an import cycle. (It was
+``mdmemory.redact``, beside this package: one home for redaction now.)
 """
 
 from __future__ import annotations
