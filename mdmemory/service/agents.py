@@ -320,6 +320,7 @@ class Agents:
                     Folder(agent.workspace, [SESSIONS_DIR], create=True).close()  # never through a symlink
             shared = agent.memory_search.store.backend == "postgres"
             log = LocalLog(agent) if shared else SessionLog(agent)
+            log.repair()  # before the first recall indexes the files: a crash's leftovers go first
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
         key = provider_key(agent)

@@ -219,6 +219,13 @@ class SessionLog:
         return eid in self._ids
 
     # -- operations ---------------------------------------------------------------------------------
+    def repair(self) -> None:
+        """Load the folder now: cut a torn tail and remove the blocks of tombstoned entries (a crash between a
+        forget's tombstone and its rewrite), so that a search after a restart never indexes what was
+        forgotten. A failure is left for the next retain or forget to report."""
+        with contextlib.suppress(MdMemoryError, OSError), self._loaded():
+            pass
+
     def known(self, entry_id_: str) -> Status | None:
         with self._loaded() as folder:
             if entry_id_ in self._tombstoned:
