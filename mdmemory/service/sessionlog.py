@@ -195,7 +195,7 @@ class SessionLog:
             yield
         except (MdMemoryError, OSError) as exc:
             at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            self.last_error = {"at": at, "error": f"{type(exc).__name__}: {exc}"}
+            self.last_error = {"at": at, "error": redact(f"{type(exc).__name__}: {exc}")}  # status shows it
             raise
         self.last_error = None
 
@@ -382,7 +382,7 @@ class SessionLog:
                     "files": len(self._files(folder)),
                 }
         except (MdMemoryError, OSError) as exc:
-            out = {"error": f"{type(exc).__name__}: {exc}"}
+            out = {"error": redact(f"{type(exc).__name__}: {exc}")}
         if self.last_error is not None:
             out["lastError"] = self.last_error
         return out
