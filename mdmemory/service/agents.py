@@ -44,7 +44,7 @@ from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.storeconfig import store_path_clash
-from mdmemory.workspace import SESSIONS_DIR
+from mdmemory.workspace import MEMORY_DIR, SESSIONS_DIR
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
 # A recall catches up with hand edits at most this often (a stat of every file each time costs more than the
@@ -261,6 +261,13 @@ class Agents:
         workspace = (root / agent_id).resolve()
         if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
+        owner = self._owner(workspace)
+        if owner is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: its workspace {workspace} would share the files of "
+                f"agent {owner.id!r} (workspace {owner.workspace}), which would then read and write that agent's "
+                f"memory. Fix: choose another id, or move agent {owner.id!r}'s workspace out of {root}"
+            )
         template = base.memory_search.store.path
         if "{agentId}" not in template:
             template = DEFAULT_STORE_PATH
@@ -285,6 +292,18 @@ class Agents:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
         return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
+
+    def _owner(self, workspace: Path) -> AgentConfig | None:
+        """The configured agent whose memory an auto-created agent at ``workspace`` would share: the same
+        folder, one inside its ``memory/`` or ``sessions/``, or one holding its workspace."""
+        for other in self.config.agents:
+            theirs = Path(other.workspace).resolve()
+            inside = workspace.is_relative_to(theirs) and workspace != theirs
+            if workspace == theirs or theirs.is_relative_to(workspace):
+                return other
+            if inside and workspace.relative_to(theirs).parts[0] in (MEMORY_DIR, SESSIONS_DIR):
+                return other
+        return None
 
     def _open_agent(self, agent_id: str, create: bool) -> Agent:
         """Open the agent (outside the lock); an open that runs out of file descriptors closes an idle agent
