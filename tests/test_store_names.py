@@ -169,3 +169,19 @@ def test_an_auto_agent_never_shares_a_configured_agents_workspace(tmp_path: Path
         assert reply.status == 200 and "4417" not in json.dumps(reply.body)
     finally:
         svc.stop()
+
+
+def test_an_auto_agent_differing_from_another_only_by_case_is_refused(tmp_path: Path) -> None:
+    """``Main`` beside ``main``, ``BOB`` beside ``bob``: one folder and one index on a case-insensitive file
+    system (macOS, Windows), two agents here. Refused, whatever the file system, so that a home moved there
+    keeps its agents apart; an agent whose folder exists already keeps working."""
+    config = load_config(_config(tmp_path), env={"MDMEMORY_HOME": str(tmp_path / "home")})
+    agents = Agents(config)
+    assert agents.config_of("bob").id == "bob"  # creates home/agents/bob
+    for agent_id, twin in (("Main", "'main'"), ("BOB", "'bob'")):
+        with pytest.raises(InvalidArgumentError) as err:
+            agents.config_of(agent_id)
+        assert str(err.value).startswith("agent_id:") and twin in str(err.value) and "Fix:" in str(err.value)
+        assert not (tmp_path / "home" / "agents" / agent_id).exists()
+    (tmp_path / "home" / "agents" / "Bob").mkdir()  # made before this rule, on this file system
+    assert agents.config_of("Bob").id == "Bob"

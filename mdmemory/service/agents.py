@@ -261,6 +261,13 @@ class Agents:
         workspace = (root / agent_id).resolve()
         if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
+        twin = self._case_twin(agent_id, root)
+        if twin is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: it differs from agent {twin!r} only by case, and on a "
+                "case-insensitive file system (macOS, Windows) both would be one folder and one index. Fix: send "
+                f"{twin!r}, or choose another id"
+            )
         owner = self._owner(workspace)
         if owner is not None:
             raise InvalidArgumentError(
@@ -292,6 +299,17 @@ class Agents:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
         return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
+
+    def _case_twin(self, agent_id: str, root: Path) -> str | None:
+        """A configured or existing agent whose id differs from ``agent_id`` by case only, unless ``agent_id``
+        has a folder of its own already (made before, on a case-sensitive file system: it keeps working)."""
+        folded = agent_id.casefold()
+        names = [a.id for a in self.config.agents]
+        with contextlib.suppress(OSError):
+            names += os.listdir(root)
+        if agent_id in names:
+            return None
+        return next((n for n in names if n.casefold() == folded), None)
 
     def _owner(self, workspace: Path) -> AgentConfig | None:
         """The configured agent whose memory an auto-created agent at ``workspace`` would share: the same
