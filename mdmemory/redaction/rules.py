@@ -293,9 +293,8 @@ OWN: tuple[Rule, ...] = (
     Rule("keyed_secret", lazy(r"sshpass[ \t]+-p[ \t]*([^\s]{4,256})"), group=1, trim=True),  # sshpass -p PASSWORD
     Rule(  # mysql -pPASSWORD (a password glued to -p; "-p" alone asks for it)
         "keyed_secret",
-        lazy(r"(?:mysql|mysqldump|mysqladmin|mariadb)[ \t][^\n]{0,200}?[ \t]-p([^\s\"'`]{4,256})"),
+        lazy(r"mysql(?:dump|admin)?[ \t][^\n]{0,200}?[ \t]-p([^\s\"'`]{4,256})"),
         group=1,
-        prefilter=lazy("mysql|mariadb"),
     ),
     Rule("keyed_secret", lazy(r"-pass(?:in|out)?[ \t]+pass:([^\s\"'`]{4,256})"), group=1),  # openssl -pass pass:PW
     Rule(  # a Discord webhook's token: /api/webhooks/<id>/<token>
