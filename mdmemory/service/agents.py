@@ -44,7 +44,7 @@ from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.storeconfig import store_path_clash
-from mdmemory.workspace import SESSIONS_DIR
+from mdmemory.workspace import MEMORY_DIR, SESSIONS_DIR
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
 # A recall catches up with hand edits at most this often (a stat of every file each time costs more than the
@@ -261,6 +261,20 @@ class Agents:
         workspace = (root / agent_id).resolve()
         if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
+        twin = self._case_twin(agent_id, root)
+        if twin is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: it differs from agent {twin!r} only by case, and on a "
+                "case-insensitive file system (macOS, Windows) both would be one folder and one index. Fix: send "
+                f"{twin!r}, or choose another id"
+            )
+        owner = self._owner(workspace)
+        if owner is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: its workspace {workspace} would share the files of "
+                f"agent {owner.id!r} (workspace {owner.workspace}), which would then read and write that agent's "
+                f"memory. Fix: choose another id, or move agent {owner.id!r}'s workspace out of {root}"
+            )
         template = base.memory_search.store.path
         if "{agentId}" not in template:
             template = DEFAULT_STORE_PATH
@@ -285,6 +299,29 @@ class Agents:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
         return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
+
+    def _case_twin(self, agent_id: str, root: Path) -> str | None:
+        """A configured or existing agent whose id differs from ``agent_id`` by case only, unless ``agent_id``
+        has a folder of its own already (made before, on a case-sensitive file system: it keeps working)."""
+        folded = agent_id.casefold()
+        names = [a.id for a in self.config.agents]
+        with contextlib.suppress(OSError):
+            names += os.listdir(root)
+        if agent_id in names:
+            return None
+        return next((n for n in names if n.casefold() == folded), None)
+
+    def _owner(self, workspace: Path) -> AgentConfig | None:
+        """The configured agent whose memory an auto-created agent at ``workspace`` would share: the same
+        folder, one inside its ``memory/`` or ``sessions/``, or one holding its workspace."""
+        for other in self.config.agents:
+            theirs = Path(other.workspace).resolve()
+            inside = workspace.is_relative_to(theirs) and workspace != theirs
+            if workspace == theirs or theirs.is_relative_to(workspace):
+                return other
+            if inside and workspace.relative_to(theirs).parts[0] in (MEMORY_DIR, SESSIONS_DIR):
+                return other
+        return None
 
     def _open_agent(self, agent_id: str, create: bool) -> Agent:
         """Open the agent (outside the lock); an open that runs out of file descriptors closes an idle agent
@@ -320,6 +357,7 @@ class Agents:
                     Folder(agent.workspace, [SESSIONS_DIR], create=True).close()  # never through a symlink
             shared = agent.memory_search.store.backend == "postgres"
             log = LocalLog(agent) if shared else SessionLog(agent)
+            log.repair()  # before the first recall indexes the files: a crash's leftovers go first
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
         key = provider_key(agent)

@@ -125,7 +125,7 @@ def appended(data: bytes, day: str, block: str) -> bytes:
 
 def render(entry_id: str, time_of_day: str, model: str, turn: Turn) -> str:
     """One block, ending with a newline; ``turn`` must already be redacted."""
-    model = re.sub(r"[^\w.:/@+-]", "_", model or "unknown-model")[:80] or "unknown-model"
+    model = re.sub(r"[^\w.:/@+\[\]-]", "_", model or "unknown-model")[:80] or "unknown-model"  # [REDACTED:kind]
     lines = [f"## {time_of_day} · {model} · {entry_id}", ""]
     for label, text in zip(LABELS, (turn.user, turn.assistant, ", ".join(turn.tools)), strict=True):
         body = escape(clean(text))

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mdmemory.errors import InvalidArgumentError
+from mdmemory.redaction import find_secrets
 
 MAX_RECALL_BLOCKS = 8  # memory.go maxRecallBlocks
 MAX_RECALL_TEXT_BYTES = 8 * 1024  # memory.go maxRecallTextBytes
@@ -59,6 +60,9 @@ def check_agent_id(value: Any, field: str = "agent_id") -> str:
         raise bad(field, "required, a string of 1-64 letters, digits, '.', '_' or '-'")
     if not AGENT_ID.fullmatch(value) or value in (".", ".."):
         raise bad(field, f"{value[:80]!r} is not a valid agent id (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    found = find_secrets(value)
+    if found:  # an id shows in telemetry, status and folder names: a token there would leak everywhere
+        raise bad(field, f"looks like a secret ({found[0][2]}), not an agent id. Fix: send the agent's name")
     return value
 
 

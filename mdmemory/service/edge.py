@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from mdmemory.redaction import redact
 from mdmemory.service.contract import MAX_JSON_DEPTH, check_json
 
 _PORT = re.compile(r":\d{1,5}")
@@ -43,7 +44,9 @@ class HttpError(Exception):
 
 
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    """The JSON error answer; ``message`` redacted (it may quote a field's value or a path, which may hold a
+    token: a 400 for ``metadata.timezone`` quotes what was sent, a 503 where a symlink points)."""
+    return JSONResponse({"error": redact(message)}, status_code=status)
 
 
 def host_is_loopback(host: str) -> bool:

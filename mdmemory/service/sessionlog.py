@@ -13,8 +13,10 @@
   again when a file of the folder changed behind our back (size or mtime differ). ``duplicate`` is answered
   only after the block was read back from its place; an entry the files no longer hold is written again.
 - Loading repairs what a crash can leave, on bytes: a torn tail of a day file (mdmemory.service.blocks: only
-  ever bytes after its last whole block) is cut, a torn last tombstone line is dropped, and a block whose id
-  is tombstoned (a crash between the tombstone and the rewrite) is removed.
+  ever bytes after its last whole block) is cut, and kept in ``.<day>.md.torn`` (mdmemory.service.torn: a
+  torn block cannot be told from text a person wrote after it); a torn last tombstone line is dropped; a
+  block whose id is tombstoned (a crash between the tombstone and the rewrite) is removed. The service
+  loads it when it opens the agent, before any search.
 - ``forget`` appends the tombstones first (durable intent), then rewrites each changed file atomically
   (temporary file, ``fsync``, ``rename``, ``fsync`` of the folder), then reads the files again: if a heading
   or closing line of a forgotten entry is still there (a block edited by hand so that its end cannot be
@@ -40,6 +42,7 @@ from mdmemory.fileread import special_kind
 from mdmemory.filewrite import Folder, write_all
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
+from mdmemory.service import torn as torn_copy
 from mdmemory.service.canonical import entry_id
 from mdmemory.service.contract import ENTRY_ID, Turn, bad, turn_of
 from mdmemory.workspace import SESSIONS_DIR
@@ -137,6 +140,7 @@ class SessionLog:
             found, torn = blocks.blocks(data)
             if torn is not None and DAY_FILE.fullmatch(name):  # only day files are appended to
                 assert torn >= (found[-1].end if found else 0), "a repair never cuts into a whole block"
+                torn_copy.keep(folder, name, data[torn:])
                 folder.truncate(name, torn)
                 data = data[:torn]
             if any(b.entry_id in self._tombstoned for b in found):
@@ -195,7 +199,7 @@ class SessionLog:
             yield
         except (MdMemoryError, OSError) as exc:
             at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            self.last_error = {"at": at, "error": f"{type(exc).__name__}: {exc}"}
+            self.last_error = {"at": at, "error": redact(f"{type(exc).__name__}: {exc}")}  # status shows it
             raise
         self.last_error = None
 
@@ -219,6 +223,13 @@ class SessionLog:
         return eid in self._ids
 
     # -- operations ---------------------------------------------------------------------------------
+    def repair(self) -> None:
+        """Load the folder now: cut a torn tail and remove the blocks of tombstoned entries (a crash between a
+        forget's tombstone and its rewrite), so that a search after a restart never indexes what was
+        forgotten. A failure is left for the next retain or forget to report."""
+        with contextlib.suppress(MdMemoryError, OSError), self._loaded():
+            pass
+
     def known(self, entry_id_: str) -> Status | None:
         with self._loaded() as folder:
             if entry_id_ in self._tombstoned:
@@ -338,6 +349,7 @@ class SessionLog:
                     self._index(name, data)
                     removed += len(gone)
                     changed.append(f"{SESSIONS_DIR}/{name}")
+            torn_copy.scrub(folder, targets)  # what a crash repair kept of them
             self._seen = self._signature(folder)
             self._check_gone(folder, targets)
         return removed, changed
@@ -375,7 +387,7 @@ class SessionLog:
                     "files": len(self._files(folder)),
                 }
         except (MdMemoryError, OSError) as exc:
-            out = {"error": f"{type(exc).__name__}: {exc}"}
+            out = {"error": redact(f"{type(exc).__name__}: {exc}")}
         if self.last_error is not None:
             out["lastError"] = self.last_error
         return out
