@@ -135,14 +135,24 @@ def build_app(
         entry = contract.check_entry(body)
         prepared = await run_in_threadpool(prepare, entry, meta, svc.max_message_chars)
         async with using(body["agent_id"]) as agent:
-            status = await run_in_threadpool(agent.log.store, prepared)
+
+            def run() -> tuple[str, int | None]:
+                return agent.log.store(prepared), agent.log.size_of(prepared.day)
+
+            status, size = await run_in_threadpool(run)
             if status == "retained":
                 agent.dirty = True
                 agent.memory.changed()
-        return JSONResponse(retain_answer(status, prepared), status_code=202), {
-            "result": status,
-            "warnings": list(prepared.notes) or None,
-        }
+            limit = agent.config.memory_search.max_file_bytes
+        answer = retain_answer(status, prepared)
+        notes = list(prepared.notes)
+        if size is not None and size > limit:  # stored, but that day's turns are not indexed: never silently
+            answer.setdefault("warnings", []).append(
+                f"sessions/{prepared.day}.md is {size:,} bytes, over memorySearch.maxFileBytes ({limit:,}): the "
+                "turns of that day are kept but not searched or recalled. Fix: raise memorySearch.maxFileBytes"
+            )
+            notes.append("day_file_over_max_file_bytes")
+        return JSONResponse(answer, status_code=202), {"result": status, "warnings": notes or None}
 
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)

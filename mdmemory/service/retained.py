@@ -8,6 +8,10 @@ within the per-message cap, and what the answer says about it (warnings, what wa
   wrong case (``europe/lisbon``) is read as the name it matches; anything else (``Mars/Olympus_Mons``,
   ``UTC+5``, ``+05:00``) dates the turn in UTC, as the proxy's own time line falls back, with a warning: a
   bad time zone never costs the turn.
+- **Long lines wrapped**: a line over ``WRAP_CHARS`` characters (a message pasted as one paragraph) is wrapped
+  at a sentence end, else at a space, outside code blocks and tables and never so that a new line would start
+  a list, a quote or a heading. Markdown shows the paragraph as before, and each part of it can be searched,
+  packed and recalled on its own (a pack item is made of whole lines: a 20 KB line would never fit a recall).
 - **Per-message cap**: each part (user, assistant, tool calls) is stored whole up to ``max_chars`` characters
   (``service.maxMessageChars``). A longer one keeps its first three quarters and its last quarter of the cap
   (the question at the end of a long paste survives) with a line in between saying how much was cut, and the
@@ -18,6 +22,7 @@ within the per-message cap, and what the answer says about it (warnings, what wa
 from __future__ import annotations
 
 import functools
+import re
 import zoneinfo
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
@@ -32,6 +37,13 @@ from mdmemory.service.contract import Turn, check_time, empty_turn, turn_of
 DEFAULT_MAX_MESSAGE_CHARS = ServiceConfig.max_message_chars
 REDACT_MARGIN = 64 * 1024  # text read past each end of what a cut message keeps, so a secret across it is seen
 _PARTS = ("user", "assistant", "tools")
+WRAP_CHARS = 500  # a stored line longer than this is wrapped (lines of 250 to 1,000 characters, most near 500)
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_SENTENCE_END = re.compile(r"[.!?\u2026][\"')\]\u201d\u2019]*(?=[ \t])|[\u3002\uff01\uff1f]")
+_SPACE = re.compile(r"[ \t]+")
+_CJK_BREAK = re.compile(r"[\u3001\uff0c\uff1b\uff1a]")
+# what would turn a wrapped line into another block: a list item, a quote, a heading, a table row, a fence
+_BLOCK_START = re.compile(r"[-+*>#=|]|\d{1,9}[.)](?:[ \t]|$)|`{3}|~{3}")
 
 
 @dataclass(frozen=True)
@@ -100,12 +112,12 @@ def entry_time(entry: dict[str, Any], metadata: dict[str, Any]) -> tuple[datetim
 
 
 def stored_text(text: str, max_chars: int) -> tuple[str, tuple[int, int, int] | None]:
-    """``text`` as a block stores it: redacted, line endings normalised (``blocks.clean``), whole when it has
-    at most ``max_chars`` characters, else its first and last parts with a line saying what was cut between
-    them; and ``(chars, head, tail)`` when it was cut."""
+    """``text`` as a block stores it: redacted, line endings normalised (``blocks.clean``), long lines wrapped
+    (``wrapped``), whole when it has at most ``max_chars`` characters, else its first and last parts with a
+    line saying what was cut between them; and ``(chars, head, tail)`` when it was cut."""
     text = text.strip()
     if len(text) <= max_chars:
-        return blocks.clean(redact(text)), None
+        return wrapped(blocks.clean(redact(text))), None
     tail = max_chars // 4
     head = max_chars - tail
     start = _redacted(text, 0, head)
@@ -114,7 +126,68 @@ def stored_text(text: str, max_chars: int) -> tuple[str, tuple[int, int, int] | 
         f"\n\n[… {len(text) - head - tail:,} characters cut here by mdmemory: the message has {len(text):,}, "
         f"over service.maxMessageChars ({max_chars:,}) …]\n\n"
     )
-    return blocks.clean(start.rstrip() + note + end.lstrip()), (len(text), head, tail)
+    return wrapped(blocks.clean(start.rstrip() + note + end.lstrip())), (len(text), head, tail)
+
+
+def wrapped(text: str, width: int = WRAP_CHARS) -> str:
+    """``text`` with its lines over ``width`` characters wrapped (see the module docstring); lines in fenced or
+    indented code and table rows are left as they are."""
+    if len(text) <= width:
+        return text
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if m:
+            fence = None if fence and m[1][0] == fence[0] and len(m[1]) >= len(fence) else fence or m[1]
+        if m or fence is not None or len(line) <= width or line.startswith(("    ", "\t", "|")):
+            out.append(line)
+        else:
+            out.extend(_wrap_line(line, width))
+    return "\n".join(out)
+
+
+def _wrap_line(line: str, width: int) -> list[str]:
+    pieces: list[str] = []
+    pos = 0
+    while len(line) - pos > width:
+        cut = _break(line, pos, width)
+        if cut is None:
+            break  # one unbroken token to the end of the line
+        pieces.append(line[pos:cut].rstrip())
+        pos = _after_space(line, cut)
+    pieces.append(line[pos:])
+    return pieces
+
+
+def _break(line: str, pos: int, width: int) -> int | None:
+    """Where to end the piece of ``line`` that starts at ``pos``: the sentence end nearest ``pos + width``
+    within half a width before it and a width after it, else the last space in the second half of the width,
+    else after CJK punctuation there; a run of CJK text is cut at the width, a long token (a URL, a blob) at
+    the space after it. Never where the next piece would start another Markdown block."""
+    lo, target, hi = pos + width // 2, pos + width, min(len(line), pos + 2 * width)
+
+    def ok(cut: int) -> bool:
+        return _BLOCK_START.match(line, _after_space(line, cut)) is None
+
+    ends = [m.end() for m in _SENTENCE_END.finditer(line, lo, hi) if ok(m.end())]
+    if ends:
+        return min(ends, key=lambda e: abs(e - target))
+    spaces = [m.start() for m in _SPACE.finditer(line, lo, target) if ok(m.start())]
+    if spaces:
+        return spaces[-1]
+    marks = [m.end() for m in _CJK_BREAK.finditer(line, lo, target) if ok(m.end())]
+    if marks:
+        return marks[-1]
+    if sum(ch > "\u2e7f" for ch in line[pos:target]) > width // 2:
+        return target  # CJK text: no spaces to wait for
+    after = _SPACE.search(line, target)
+    return after.start() if after is not None and ok(after.start()) else None
+
+
+def _after_space(line: str, i: int) -> int:
+    m = _SPACE.match(line, i)
+    return m.end() if m else i
 
 
 def _redacted(text: str, start: int, end: int) -> str:

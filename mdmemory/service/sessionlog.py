@@ -205,6 +205,13 @@ class SessionLog:
         p = prepare(entry, metadata or {}, max_chars)
         return self.store(p), p.entry_id
 
+    def size_of(self, day: str) -> int | None:
+        """The size of ``sessions/<day>.md`` now (None when it does not exist)."""
+        try:
+            return (self.dir / f"{day}.md").stat().st_size
+        except OSError:
+            return None
+
     def store(self, p: Prepared) -> Status:
         """Append a prepared block (mdmemory.service.retained) unless its id is retained or tombstoned already."""
         return self.write_blocks([(p.entry_id, p.day, p.block)])[0]
