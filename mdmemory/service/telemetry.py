@@ -13,6 +13,7 @@ can be compared line for line; ``memory_text_bytes`` is the length of the blocks
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from datetime import UTC, datetime
@@ -89,17 +90,24 @@ def recall_sizes(memories: list[dict[str, Any]], service: str) -> dict[str, Any]
 
 
 _BLOCKED_SOURCES = frozenset({"raw_transcript", "session_tail"})
+_SECRET = re.compile(r"sk-[A-Za-z0-9_-]{6,}")  # memory.go memorySecretPattern
+_BEARER = re.compile(r"\bBearer[ \t]+[A-Za-z0-9._-]{8,}", re.I | re.ASCII)  # memoryBearerPattern (RE2: ASCII \b)
+
+
+def _scrubbed(text: str) -> str:
+    """cllama's ``scrubMemoryText``: what it does to a recalled text before injecting it."""
+    text = _SECRET.sub("[redacted-secret]", text)
+    return _BEARER.sub(lambda m: m[0].split()[0] + " [redacted]", text)
 
 
 def injected_bytes(memories: list[dict[str, Any]], service: str) -> int:
     """The UTF-8 length of the memory block cllama builds from ``memories`` (``applyRecallMemoryPolicy`` then
-    ``formatMemoryBlocks``, internal/proxy/memory.go): 0 when it injects none. Its scrubbing is not applied:
-    recall texts are redacted already."""
+    ``formatMemoryBlocks``, internal/proxy/memory.go): 0 when it injects none."""
     kept: list[str] = []
     total = 0
     for m in memories:
         kind, source = str(m.get("kind") or ""), str(m.get("source") or "")
-        text = str(m.get("text") or "").strip()
+        text = _scrubbed(str(m.get("text") or "").strip())
         if source.strip().lower() in _BLOCKED_SOURCES or kind.strip().lower() in BLOCKED_KINDS:
             continue
         size = len(text.encode("utf-8"))
