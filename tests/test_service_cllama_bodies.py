@@ -264,6 +264,17 @@ def test_large_bodies_at_once_are_all_answered(service: Service) -> None:
     assert all(f"dock {k + 40}" in sessions(service, "ops") for k in range(6))
 
 
+def test_a_recall_with_a_huge_last_message_is_answered(service: Service) -> None:
+    """Its query is the end of that message; the body a recall worker would get is too big to send one, so
+    the service's process answers it (no worker is lost to it)."""
+    assert retain(service, turn("main", [user("The harbour crane is serviced on Fridays.")], "Ok.")).status == 202
+    huge = "lorem ipsum dolor " * 120_000 + "And when is the harbour crane serviced?"  # 2 MB; no other word matches
+    for messages in ([user(huge)], [user("x" * 300_000), {"role": "assistant", "content": "ok"}, user(huge)]):
+        reply = service.call("POST", "/recall", raw=turn("main", messages, "").recall)
+        assert reply.status == 200 and any("Fridays" in m["text"] for m in reply.body["memories"])
+    assert service.call("GET", "/healthz").body["recallWorkers"] == 1
+
+
 def test_memory_bytes_in_the_log_is_the_size_of_the_block_cllama_injects(service: Service) -> None:
     t = turn("main", [user("The wifi password hint is the cat's name.")], "Noted.", ts="2026-11-23T15:00:00Z")
     assert retain(service, t).status == 202

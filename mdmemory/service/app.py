@@ -107,12 +107,10 @@ def build_app(
         contract.check_metadata(body)
         contract.check_recall(body)
         async with using(body["agent_id"]) as agent:
-            if pool is not None:
+            raw = worker_body(request.state.raw, body) if pool is not None else None
+            if pool is not None and raw is not None:
                 if agent.memory.catch_up_due():  # else nothing to do: no thread hop
                     await run_in_threadpool(agent.catch_up)
-                raw: bytes = request.state.raw
-                if len(raw) > WORKER_BODY_BYTES:  # a long conversation: the worker needs only its end
-                    raw = json.dumps({**body, "messages": contract.recall_messages(body.get("messages"))}).encode()
                 answered = await pool.recall(agent.config.id, raw)
                 if answered is not None:
                     header, payload = answered
@@ -216,6 +214,16 @@ def build_app(
     ]
     loopback_only = auth.token is None
     return Starlette(routes=routes, middleware=[Middleware(EdgeRules, loopback_only=loopback_only)])
+
+
+def worker_body(raw: bytes, body: dict[str, Any]) -> bytes | None:
+    """What a recall worker gets: the body as sent, or, past ``WORKER_BODY_BYTES`` (a long conversation), the
+    body with only the messages the query is made of; None when even that is large (a huge last message: the
+    service's process answers it, no frame is sent)."""
+    if len(raw) <= WORKER_BODY_BYTES:
+        return raw
+    trimmed = json.dumps({**body, "messages": contract.recall_messages(body.get("messages"))}).encode()
+    return trimmed if len(trimmed) <= 4 * WORKER_BODY_BYTES else None
 
 
 def service_name(body: dict[str, Any]) -> str:
