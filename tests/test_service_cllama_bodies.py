@@ -23,7 +23,7 @@ from tests import provider_shapes as ps
 from tests.service_server import Reply, Service, write_config
 
 TOKEN = "cllama-bodies-7c1d"
-META = {"service": "mdmemory", "type": "memory"}
+META = {"service": "assistant", "type": "openclaw"}  # metadata.json: the agent's own service, not memory's
 FILLER = [
     "The quarterly planning meeting moved to Thursday afternoon.",
     "Ops rotated the staging certificates without downtime.",

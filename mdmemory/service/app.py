@@ -116,7 +116,7 @@ def build_app(
                     header, payload = answered
                     if header["status"] != 200:
                         raise HttpError(header["status"], str(header.get("error") or "recall failed"))
-                    info = recall_sizes(json.loads(payload)["memories"], service_name(body))
+                    info = recall_sizes(json.loads(payload)["memories"])
                     return Response(payload, media_type="application/json"), info
 
             def run() -> dict[str, Any]:
@@ -126,7 +126,7 @@ def build_app(
 
             result = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
-        return Response(payload, media_type="application/json"), recall_sizes(result["memories"], service_name(body))
+        return Response(payload, media_type="application/json"), recall_sizes(result["memories"])
 
     async def do_retain(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         meta = contract.check_metadata(body)
@@ -224,12 +224,6 @@ def worker_body(raw: bytes, body: dict[str, Any]) -> bytes | None:
         return raw
     trimmed = json.dumps({**body, "messages": contract.recall_messages(body.get("messages"))}).encode()
     return trimmed if len(trimmed) <= 4 * WORKER_BODY_BYTES else None
-
-
-def service_name(body: dict[str, Any]) -> str:
-    """The memory service's name as the proxy shows it in the prompt (``metadata.service``)."""
-    name = (body.get("metadata") or {}).get("service")
-    return name if isinstance(name, str) else ""
 
 
 def retain_answer(status: str, prepared: Prepared) -> dict[str, Any]:

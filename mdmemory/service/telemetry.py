@@ -4,8 +4,9 @@ Fields follow cllama's ``memory_op`` log entries (``internal/logging`` ``LogMemo
 "memory_op", agent_id, memory_op, memory_status, memory_blocks, memory_bytes, memory_removed, ms}``;
 ``memory_status`` is ``succeeded`` or ``failed`` as there. For a recall, ``memory_blocks`` is the number of
 blocks answered and ``memory_bytes`` the UTF-8 length of the memory block the proxy puts into the prompt for
-them (``injected_bytes``: cllama's ``formatMemoryBlocks``, named after ``metadata.service``), so the two logs
-can be compared line for line; ``memory_text_bytes`` is the length of the blocks' texts alone. Ours only:
+them (``injected_bytes``: cllama's ``formatMemoryBlocks``, for a service named ``mdmemory`` in the agent's
+memory.json, which the proxy does not send: another name changes it by the difference in length), so the two
+logs can be compared line for line; ``memory_text_bytes`` is the length of the blocks' texts alone. Ours only:
 ``memory_result`` (what a retain did), ``status_code`` and ``memory_warnings`` (codes such as
 ``timezone_unknown`` or ``truncated_user``, never a value the client sent).
 """
@@ -83,7 +84,10 @@ class Telemetry:
                 pass
 
 
-def recall_sizes(memories: list[dict[str, Any]], service: str) -> dict[str, Any]:
+SERVICE_NAME = "mdmemory"  # the name cllama's block shows (memory.json's ``service``, which it does not send)
+
+
+def recall_sizes(memories: list[dict[str, Any]], service: str = SERVICE_NAME) -> dict[str, Any]:
     """What a recall's line says of its answer: ``blocks``, ``size`` (``injected_bytes``) and ``text_size``."""
     texts = sum(len(str(m.get("text") or "").encode("utf-8")) for m in memories)
     return {"blocks": len(memories), "size": injected_bytes(memories, service), "text_size": texts}
