@@ -312,16 +312,21 @@ def _raw_post(svc: Service, headers: dict[str, str], body: bytes, chunked: bool 
         conn.close()
 
 
-def test_413_only_past_service_max_body_bytes(tmp_path: Path) -> None:
+def test_413_only_past_service_max_body_bytes_and_a_day_file_too_big_to_index_is_said(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
-    cfg = write_config(tmp_path / "c.json", {"main": tmp_path / "ws"}, maxBodyBytes=4_000_000, recallWorkers=0)
+    small = {"maxFileBytes": 200_000}  # a day file over it is not indexed: the retain says so
+    cfg = write_config(
+        tmp_path / "c.json", {"main": tmp_path / "ws"}, memory_search=small, maxBodyBytes=4_000_000, recallWorkers=0
+    )
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
     try:
         under = turn("main", [user(filler(1_900_000, 1) + " The pin is 5512.")], "Ok.").retain
         over = turn("main", [user(filler(2_100_000, 2) + " The pin is Q-7788-X.")], "Ok.").retain
         assert len(under) < 4_000_000 < len(over)
-        assert _raw_post(svc, {"Content-Length": str(len(under))}, under) == 202
+        first = svc.call("POST", "/retain", raw=under)
+        assert first.status == 202 and first.body["truncated"] is True
+        assert any("over memorySearch.maxFileBytes (200,000)" in w for w in first.body["warnings"])
         assert _raw_post(svc, {"Transfer-Encoding": "chunked"}, under, chunked=True) == 202  # a duplicate: 202
         assert _raw_post(svc, {"Content-Length": str(len(over))}, over) in (413, -1)
         assert _raw_post(svc, {"Transfer-Encoding": "chunked"}, over, chunked=True) in (413, -1)
@@ -330,6 +335,8 @@ def test_413_only_past_service_max_body_bytes(tmp_path: Path) -> None:
         assert svc.call("POST", "/recall", raw=turn("main", [user("pin?")], "").recall).status == 200
     finally:
         svc.stop()
+    notes = [x.get("memory_warnings") for x in log_lines(svc) if x.get("memory_op") == "retain"]
+    assert notes[0] == ["truncated_user", "day_file_over_max_file_bytes"]
 
 
 def test_serve_agent_serves_only_that_agent_and_says_where_it_listens(tmp_path: Path) -> None:
