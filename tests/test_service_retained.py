@@ -138,6 +138,52 @@ def test_a_turn_with_only_a_user_message_or_only_tool_calls_is_kept() -> None:
     assert "_Tool calls: search_web_" in block and "**User:**" not in block
 
 
+def _with_messages(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**openai_entry("q", "The answer."), "request_original": {"model": "gpt-4o", "messages": messages}}
+
+
+TURNS = [
+    (
+        "one new message",
+        [{"role": "user", "content": "old"}, {"role": "assistant", "content": "a"}, {"role": "user", "content": "new"}],
+        "new",
+    ),
+    (
+        "two in a row",
+        [
+            {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "first"},
+            {"role": "user", "content": [{"type": "text", "text": "second"}]},
+        ],
+        "first\n\nsecond",
+    ),
+    (
+        "openai tool loop",
+        [
+            {"role": "user", "content": "Q"},
+            {"role": "assistant", "tool_calls": [{"id": "c"}]},
+            {"role": "tool", "content": "result"},
+        ],
+        "Q",
+    ),
+    (
+        "anthropic tool loop",
+        [
+            {"role": "user", "content": "Q"},
+            {"role": "assistant", "content": [{"type": "tool_use"}]},
+            {"role": "user", "content": [{"type": "tool_result", "content": "x"}]},
+        ],
+        "Q",
+    ),
+    ("first turn", [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"}], "hello"),
+]
+
+
+@pytest.mark.parametrize(("messages", "user"), [t[1:] for t in TURNS], ids=[t[0] for t in TURNS])
+def test_the_turn_is_the_user_messages_since_the_last_answer(messages: list[dict[str, Any]], user: str) -> None:
+    assert turn_of(_with_messages(messages)).user == user
+
+
 # -- the per-message cap ----------------------------------------------------------------------------------
 
 

@@ -6,11 +6,12 @@ Followed field for field from cllama ``internal/proxy/memory.go`` (``memoryRecal
 ``transcript_tail``) and Clawdapus ``examples/reference-memory/main.go`` (``memoryForgetRequest``: ``agent_id,
 pod, metadata, entry_ids, reason``; retain answers 202, forget 204).
 
-What a retained turn keeps: the last user message that has text (OpenAI ``messages[].content`` as a string or
-``[{type: "text", text}]``; Anthropic the same plus ``tool_result`` parts, which are dropped) from
-``request_original`` (``request_effective`` carries the recalled memory the proxy injected), and the assistant's
-final text from ``response.json`` (OpenAI ``choices[0].message``, Anthropic ``content[]``) or ``response.text``
-(an SSE stream of either provider), with its tool calls summarised in one line and tool output dropped.
+What a retained turn keeps: the user messages since the last assistant message (else, in a tool loop, the last
+user message that has text; OpenAI ``messages[].content`` as a string or ``[{type: "text", text}]``; Anthropic
+the same plus ``tool_result`` parts, which are dropped) from ``request_original`` (``request_effective`` carries
+the recalled memory the proxy injected), and the assistant's final text from ``response.json`` (OpenAI
+``choices[0].message``, Anthropic ``content[]``) or ``response.text`` (an SSE stream of either provider), with
+its tool calls summarised in one line and tool output dropped.
 """
 
 from __future__ import annotations
@@ -333,7 +334,7 @@ def _request(entry: dict[str, Any]) -> dict[str, Any]:
 def turn_of(entry: dict[str, Any]) -> Turn:
     """The last user message and the assistant's final text of a session-history entry."""
     messages = _request(entry).get("messages")
-    user = next((text for _, role, text in _texts_from_end(messages) if role == "user"), "")
+    user = _user_text(messages) or next((text for _, role, text in _texts_from_end(messages) if role == "user"), "")
     resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
     text = resp["text"] if isinstance(resp.get("text"), str) else ""
     if resp.get("format") == "sse" or (not resp.get("format") and text):
@@ -341,6 +342,21 @@ def turn_of(entry: dict[str, Any]) -> Turn:
     else:
         assistant, tools = response_json(resp.get("json"))
     return Turn(user, assistant, tuple(dict.fromkeys(tools)))
+
+
+def _user_text(messages: Any) -> str:
+    """The text of the user messages after the last assistant message (two sent in a row are both new), or ""
+    when they have none (a tool result answering the assistant: the question is the last user text before)."""
+    if not isinstance(messages, list):
+        return ""
+    texts: list[str] = []
+    for m in reversed(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "assistant":
+            break
+        if role == "user" and (text := _strip_memory(content_text(m.get("content")))):
+            texts.append(text)
+    return "\n\n".join(reversed(texts))
 
 
 def empty_turn(entry: dict[str, Any]) -> InvalidArgumentError:
