@@ -19,7 +19,12 @@ EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
 def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("serve", parents=[common], help="run the memory-plane HTTP service (recall/retain/forget)")
+    p = sub.add_parser("serve", help="run the memory-plane HTTP service (recall/retain/forget)")
+    p.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
+    p.add_argument(
+        "--agent", action="append", default=[], help="serve only this agent; repeat for several (default: all)"
+    )
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # accepted as every command does
     p.add_argument("--host", default=None, help="default: service.host (127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: service.port (8080)")
     p.add_argument(
@@ -67,7 +72,14 @@ def serve_main(args: argparse.Namespace) -> int:
         config, fingerprint = load_pinned(args.config)
         if args.recall_workers is not None and not 0 <= args.recall_workers <= 64:
             raise ConfigError(f"--recall-workers must be 0-64, got {args.recall_workers}")
-        serve(config, args.host, args.port, fingerprint=fingerprint, recall_workers=args.recall_workers)
+        serve(
+            config,
+            args.host,
+            args.port,
+            fingerprint=fingerprint,
+            recall_workers=args.recall_workers,
+            only=list(dict.fromkeys(args.agent)),
+        )
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE)
     except MdMemoryError as exc:

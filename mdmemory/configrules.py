@@ -85,6 +85,7 @@ REMOTE_ENV = "MDMEMORY_REMOTE_AGENTS"
 SERVICE_RANGES: dict[str, Range] = {
     "port": Range(0, 65535),
     "maxBodyBytes": Range(1024, 1 << 30),
+    "maxMessageChars": Range(1000, 1 << 26),
     "recallWorkers": Range(0, 64),
     "maxOpenAgents": Range(1, 100_000),
     "maxConnections": Range(1, 1_000_000),

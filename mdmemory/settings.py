@@ -192,7 +192,11 @@ class ServiceConfig:
     port: int = 8080
     token: str | None = field(default=None, repr=False)  # bearer token; MEMORY_API_TOKEN wins
     auto_agents: bool = False  # an unknown agent_id gets {home}/agents/{id}/ from workspace-template
-    max_body_bytes: int = 2 * 1024 * 1024
+    # a request body past this answers 413 (cllama sends a conversation whole, twice: 2.4 MB for 1.2 MB)
+    max_body_bytes: int = 64 * 1024 * 1024
+    # each part of a retained turn (user, assistant, tool calls) is stored whole up to this many characters,
+    # longer ones cut in the middle and the answer says so (mdmemory.service.retained)
+    max_message_chars: int = 256 * 1024
     # Processes answering recalls beside the service's own (mdmemory.service.recallpool): None is one per
     # core up to 4 (none on one core); 0 answers every recall in the service's process.
     recall_workers: int | None = None

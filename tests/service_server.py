@@ -43,6 +43,7 @@ class Service:
     host: str = "127.0.0.1"
     prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NS``: run it on another "host"
     fd_limit: int | None = None  # RLIMIT_NOFILE (soft and hard) of the service process: ``ulimit -n``
+    args: list[str] = field(default_factory=list)  # more ``serve`` arguments (``--agent main``)
 
     @property
     def url(self) -> str:
@@ -57,7 +58,7 @@ class Service:
         out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config)]
-            + ["--host", self.host, "--port", str(self.port)],
+            + ["--host", self.host, "--port", str(self.port), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.redaction import redact
 from mdmemory.service import blocks
+from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
 from tests.fault_helpers import fill_disk, small_tmpfs
 from tests.service_bodies import openai_entry, retain_body
 from tests.service_server import Service, write_config
@@ -84,9 +84,9 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path, text: Ca
             got, torn = blocks.blocks(data)
             assert torn is None
             found += [b.entry_id for b in got]
-            for b in got:  # each block holds its own entry's text, unchanged but for its line endings
+            for b in got:  # each block holds its own entry's text, unchanged but for line endings and wrapping
                 k, i = (int(n) for n in b.entry_id.removeprefix("hist1_c").split("_"))
-                assert blocks.read_block(data, b).turn.user == blocks.clean(redact(text(k, i)))
+                assert blocks.read_block(data, b).turn.user == stored_text(text(k, i), DEFAULT_MAX_MESSAGE_CHARS)[0]
         assert len(found) == len(set(found))  # nothing twice
         assert acked <= set(found)  # everything acknowledged is there
         assert set(found) <= sent  # nothing else (an entry in flight at the kill may be there, unacknowledged)

@@ -1,12 +1,13 @@
 """The agents one service process serves: each with its ``Memory`` and ``SessionLog``, opened on first use.
 
-Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
-which creates ``{home}/agents/{id}/`` from the workspace template on the agent's first retain or recall (a
-status request creates nothing). At most ``max_open`` agents are open at once (``service.maxOpenAgents``,
-mdmemory.service.budget): to open another, the least recently used one that no request is using is closed
-(its index synced first when it has unindexed retains), and it is opened again on its next request. Each
-request holds its agent (``use``) so that it is never closed under it; when every open agent is in use, a
-request for another waits for one (up to ``BUSY_SECONDS``, then ``AgentsBusy``, HTTP 503).
+Every configured agent is served (only those ``serve --agent`` names, with it); an unknown id is refused
+(``UnknownAgent``) unless ``service.autoAgents``, which creates ``{home}/agents/{id}/`` from the workspace
+template on the agent's first retain or recall (a status request creates nothing). At most ``max_open`` agents
+are open at once (``service.maxOpenAgents``, mdmemory.service.budget): to open another, the least recently
+used one that no request is using is closed (its index synced first when it has unindexed retains), and it is
+opened again on its next request. Each request holds its agent (``use``) so that it is never closed under it;
+when every open agent is in use, a request for another waits for one (up to ``BUSY_SECONDS``, then
+``AgentsBusy``, HTTP 503).
 
 Agents whose embedding settings are equal share one provider (a local model is loaded once per process, and
 its computations run on one thread of its own: ``mdmemory.providers.runner``); each agent serialises only its
@@ -110,9 +111,16 @@ def provider_key(agent: AgentConfig) -> str:
 class Agents:
     """The served agents, opened lazily, at most ``max_open`` at once (see the module docstring)."""
 
-    def __init__(self, config: Config, env: Mapping[str, str] | None = None, max_open: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        env: Mapping[str, str] | None = None,
+        max_open: int | None = None,
+        served: frozenset[str] | None = None,
+    ) -> None:
         self.config = config
         self.env = env
+        self.served = served  # ``serve --agent``: only these ids (None: every configured one, and autoAgents)
         self.max_open = max_open or config.service.max_open_agents or DEFAULT_MAX_OPEN
         self._open: OrderedDict[str, Agent | None] = OrderedDict()  # least recently used first; None: opening
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
@@ -123,7 +131,7 @@ class Agents:
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
 
     def ids(self) -> list[str]:
-        return [a.id for a in self.config.agents]
+        return [a.id for a in self.config.agents if self.served is None or a.id in self.served]
 
     @contextlib.contextmanager
     def use(self, agent_id: str, *, create: bool = True) -> Iterator[Agent]:
@@ -245,6 +253,11 @@ class Agents:
             return self._choices.get(provider_key(config)) if config is not None else None
 
     def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
+        if self.served is not None and agent_id not in self.served:
+            raise UnknownAgent(
+                f"agent {agent_id!r} is not served here: this service was started for {', '.join(sorted(self.served))} "
+                "(serve --agent). Fix: call the service that serves it, or start this one without --agent"
+            )
         for agent in self.config.agents:
             if agent.id == agent_id:
                 return agent

@@ -27,15 +27,18 @@ from mdmemory.errors import EmbeddingsPending, InvalidArgumentError, MdMemoryErr
 from mdmemory.service import contract
 from mdmemory.service.agents import Agent, Agents, AgentsBusy, UnknownAgent
 from mdmemory.service.auth import Auth
+from mdmemory.service.bodies import Bodies
 from mdmemory.service.budget import Budget, open_fds
-from mdmemory.service.edge import EdgeRules, HttpError, error, read_json
-from mdmemory.service.recall import recall, recall_info
+from mdmemory.service.edge import EdgeRules, HttpError, error
+from mdmemory.service.recall import recall
 from mdmemory.service.recallpool import RecallPool
-from mdmemory.service.telemetry import Telemetry
+from mdmemory.service.retained import Prepared, prepare
+from mdmemory.service.telemetry import Telemetry, recall_sizes
 
 if TYPE_CHECKING:
     from mdmemory.service.protocol import Connections
 
+WORKER_BODY_BYTES = 256 * 1024  # a recall body past this goes to a worker with only the messages it reads
 DESCRIPTOR: dict[str, Any] = {
     "version": 2,
     "description": "mdmemory: Markdown memory with hybrid search and context packs (recall, retain, forget)",
@@ -56,7 +59,8 @@ def build_app(
     """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can).
     ``connections`` and ``budget`` are what ``/healthz`` reports on."""
     tel = telemetry or Telemetry()
-    limit = agents.config.service.max_body_bytes
+    svc = agents.config.service
+    bodies = Bodies(svc.max_body_bytes, svc.body_timeout_ms / 1000 / 3)
     refused = (
         "missing or wrong bearer token. Fix: send Authorization: Bearer <token>, the token being MEMORY_API_TOKEN "
         "or service.token, else the one in state/service-token under the mdmemory home (the service's start "
@@ -83,9 +87,9 @@ def build_app(
             try:
                 if not auth.allows(request.headers.get("authorization")):
                     raise HttpError(401, refused)
-                body = await read_json(request, limit)
-                agent_id = contract.check_agent_id(body.get("agent_id"))
-                response, info = await handler(request, body)
+                async with bodies.json(request, keep_raw=op == "recall") as body:
+                    agent_id = contract.check_agent_id(body.get("agent_id"))
+                    response, info = await handler(request, body)
             except Exception as exc:
                 response, info = _failure(op, exc, tel), {}
                 if response.status_code == 503 and agent_id != "-" and not isinstance(exc, AgentsBusy):
@@ -101,16 +105,18 @@ def build_app(
 
     async def do_recall(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
+        contract.check_recall(body)
         async with using(body["agent_id"]) as agent:
-            if pool is not None:
+            raw = worker_body(request.state.raw, body) if pool is not None else None
+            if pool is not None and raw is not None:
                 if agent.memory.catch_up_due():  # else nothing to do: no thread hop
                     await run_in_threadpool(agent.catch_up)
-                answered = await pool.recall(agent.config.id, request.state.raw)
+                answered = await pool.recall(agent.config.id, raw)
                 if answered is not None:
                     header, payload = answered
                     if header["status"] != 200:
                         raise HttpError(header["status"], str(header.get("error") or "recall failed"))
-                    info = {"blocks": header.get("blocks"), "size": header.get("size")}
+                    info = recall_sizes(json.loads(payload)["memories"])
                     return Response(payload, media_type="application/json"), info
 
             def run() -> dict[str, Any]:
@@ -120,17 +126,31 @@ def build_app(
 
             result = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
-        return Response(payload, media_type="application/json"), recall_info(result)
+        return Response(payload, media_type="application/json"), recall_sizes(result["memories"])
 
     async def do_retain(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         meta = contract.check_metadata(body)
         entry = contract.check_entry(body)
+        prepared = await run_in_threadpool(prepare, entry, meta, svc.max_message_chars)
         async with using(body["agent_id"]) as agent:
-            status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
+
+            def run() -> tuple[str, int | None]:
+                return agent.log.store(prepared), agent.log.size_of(prepared.day)
+
+            status, size = await run_in_threadpool(run)
             if status == "retained":
                 agent.dirty = True
                 agent.memory.changed()
-        return JSONResponse({"status": status, "id": eid}, status_code=202), {"result": status}
+            limit = agent.config.memory_search.max_file_bytes
+        answer = retain_answer(status, prepared)
+        notes = list(prepared.notes)
+        if size is not None and size > limit:  # stored, but that day's turns are not indexed: never silently
+            answer.setdefault("warnings", []).append(
+                f"sessions/{prepared.day}.md is {size:,} bytes, over memorySearch.maxFileBytes ({limit:,}): the "
+                "turns of that day are kept but not searched or recalled. Fix: raise memorySearch.maxFileBytes"
+            )
+            notes.append("day_file_over_max_file_bytes")
+        return JSONResponse(answer, status_code=202), {"result": status, "warnings": notes or None}
 
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
@@ -194,6 +214,28 @@ def build_app(
     ]
     loopback_only = auth.token is None
     return Starlette(routes=routes, middleware=[Middleware(EdgeRules, loopback_only=loopback_only)])
+
+
+def worker_body(raw: bytes, body: dict[str, Any]) -> bytes | None:
+    """What a recall worker gets: the body as sent, or, past ``WORKER_BODY_BYTES`` (a long conversation), the
+    body with only the messages the query is made of; None when even that is large (a huge last message: the
+    service's process answers it, no frame is sent)."""
+    if len(raw) <= WORKER_BODY_BYTES:
+        return raw
+    trimmed = json.dumps({**body, "messages": contract.recall_messages(body.get("messages"))}).encode()
+    return trimmed if len(trimmed) <= 4 * WORKER_BODY_BYTES else None
+
+
+def retain_answer(status: str, prepared: Prepared) -> dict[str, Any]:
+    """``{"status", "id", "warnings"?, "truncated"?, "truncatedParts"?}``: ``truncated`` when the entry's block
+    holds a part cut to ``service.maxMessageChars`` (``truncatedParts`` says which and how much was kept)."""
+    answer: dict[str, Any] = {"status": status, "id": prepared.entry_id}
+    if prepared.warnings:
+        answer["warnings"] = list(prepared.warnings)
+    if prepared.cuts and status != "forgotten":
+        answer["truncated"] = True
+        answer["truncatedParts"] = [cut.to_dict() for cut in prepared.cuts]
+    return answer
 
 
 def _failure(op: str, exc: Exception, tel: Telemetry) -> Response:

@@ -44,7 +44,6 @@ _STRUCTURE = re.compile(
     rb"^(?:## (\d\d:\d\d:\d\d) \xc2\xb7 ([^\n]*) \xc2\xb7 (" + _ID + rb")|<!-- /(" + _ID + rb") -->)\r?$", re.M
 )
 _CLOSE = "<!-- /{id} -->"
-MAX_PART_CHARS = 16_000  # one message's text in a block (longer text is cut with a note)
 LABELS = ("**User:** ", "**Assistant:** ", "_Tool calls: ")
 
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")
@@ -79,12 +78,9 @@ class Rendered:
 
 
 def clean(text: str) -> str:
-    """A message's text as a block keeps it: line endings as ``\\n``, NUL and lone surrogates as U+FFFD,
-    stripped, and cut at ``MAX_PART_CHARS`` with a note."""
-    text = _UNSAFE.sub("\ufffd", normalise_line_endings(text)).strip()
-    if len(text) > MAX_PART_CHARS:
-        text = text[:MAX_PART_CHARS] + " …(cut)"
-    return text
+    """A message's text as a block keeps it: line endings as ``\\n``, NUL and lone surrogates as U+FFFD, stripped
+    (whole: how much of a long message is kept is mdmemory.service.retained's ``stored_text``)."""
+    return _UNSAFE.sub("\ufffd", normalise_line_endings(text)).strip()
 
 
 def escape(text: str) -> str:

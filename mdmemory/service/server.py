@@ -14,15 +14,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mdmemory.config import Config
-from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.config import AgentConfig, Config
+from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
 from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
+from mdmemory.service.contract import check_agent_id
 from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.telemetry import Telemetry
@@ -94,13 +95,18 @@ def serve(
     env: Mapping[str, str] | None = None,
     fingerprint: str | None = None,
     recall_workers: int | None = None,
+    only: Sequence[str] = (),
 ) -> None:
     """Run until SIGTERM/SIGINT. Raises ConfigError for a token or a bind that cannot work (mdmemory.service.auth)
     and for limits the file-descriptor limit cannot hold (mdmemory.service.budget).
     ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
     With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
-    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
+    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON.
+
+    ``only`` (``serve --agent``): serve just these agents (configured ones, or any id under ``service.autoAgents``);
+    a request for another answers 404. Once listening, one line on stderr says where, for which agents, and
+    where the token comes from."""
     try:
         import uvicorn
 
@@ -111,6 +117,7 @@ def serve(
     from mdmemory.service.app import build_app
 
     env = os.environ if env is None else env
+    served = served_agents(config, only)
     host = host or config.service.host
     port = config.service.port if port is None else port
     who = auth.resolve(config, env, host)
@@ -120,14 +127,14 @@ def serve(
     caps = budget.plan(
         budget.raise_fd_limit(),
         readers=reader_count(),
-        sockets=len(config.agents) if fingerprint is not None else 0,
+        sockets=len(_configured(config, served)) if fingerprint is not None else 0,
         workers=size,
         max_open_agents=svc.max_open_agents,
         max_connections=svc.max_connections,
     )
     config = replace(config, service=replace(svc, max_open_agents=caps.max_open_agents))  # workers follow it
     telemetry = Telemetry()
-    agents = Agents(config, env, max_open=caps.max_open_agents)
+    agents = Agents(config, env, max_open=caps.max_open_agents, served=served)
     indexer = BackgroundIndexer(agents, telemetry)
     pool = RecallPool(config, size)
     if pool.size:
@@ -137,7 +144,9 @@ def serve(
     limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
     protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
-    server = uvicorn.Server(
+    listening = functools.partial(_listening, config, served, who.origin, caps)
+    server = _server_class(uvicorn.Server)(
+        listening,
         uvicorn.Config(
             app,
             host=host,
@@ -147,7 +156,7 @@ def serve(
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=DRAIN_SECONDS,
             **settings,
-        )
+        ),
     )
     # uvicorn drains, then raises the signal it caught again under the handler it found: a no-op here,
     # so that the indexer stops and every index is closed before the process exits (status 0).
@@ -155,15 +164,10 @@ def serve(
         signal.signal(sig, lambda *_: None)
     sockets = None
     if fingerprint is not None:
-        sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
+        mine = _configured(config, served)
+        sockets = IpcServer(config, fingerprint, mine, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
     indexer.start()
-    print(
-        f"mdmemory serve: http://{host}:{port}, token: {who.origin}; up to {caps.max_connections} connections "
-        f"and {caps.max_open_agents} open agents (file-descriptor limit {caps.fd_limit})",
-        file=sys.stderr,
-        flush=True,
-    )
     try:
         server.run()
     finally:
@@ -172,6 +176,66 @@ def serve(
         indexer.stop()
         pool.close()
         agents.close()
+
+
+def served_agents(config: Config, only: Sequence[str]) -> frozenset[str] | None:
+    """The agent ids ``serve --agent`` names (None: every agent); ConfigError naming the known ones for an id
+    that is neither configured nor creatable (``service.autoAgents``)."""
+    if not only:
+        return None
+    known = [a.id for a in config.agents]
+    for agent_id in only:
+        try:
+            check_agent_id(agent_id, "--agent")
+        except InvalidArgumentError as exc:
+            raise ConfigError(str(exc)) from None
+        if agent_id not in known and not config.service.auto_agents:
+            raise ConfigError(
+                f"--agent {agent_id!r}: no such agent; configured agents: {', '.join(known) or 'none'}. Fix: name one "
+                "of them, add it to agents.list, or set service.autoAgents to serve agents created on first use"
+            )
+    return frozenset(only)
+
+
+def _configured(config: Config, served: frozenset[str] | None) -> tuple[AgentConfig, ...]:
+    return tuple(a for a in config.agents if served is None or a.id in served)
+
+
+def _listening(
+    config: Config, served: frozenset[str] | None, origin: str, caps: budget.Budget, addresses: list[Any]
+) -> None:
+    """The line saying the service is up: where it listens, for which agents, where its token comes from."""
+    urls = []
+    for address in addresses:
+        host, port = address[0], address[1]
+        urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    names = sorted(served) if served is not None else [a.id for a in config.agents]
+    agents = ", ".join(names) or "none configured"
+    if config.service.auto_agents and served is None:
+        agents += ", and any other id (service.autoAgents)"
+    print(
+        f"mdmemory serve: listening on {' '.join(urls)} (agents: {agents}; token from {origin}); up to "
+        f"{caps.max_connections} connections and {caps.max_open_agents} open agents (file-descriptor limit "
+        f"{caps.fd_limit})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _server_class(base: type[Any]) -> type[Any]:
+    """uvicorn's ``Server`` that calls ``on_listening(addresses)`` once its sockets are bound and listening."""
+
+    class Server(base):  # type: ignore[misc, valid-type]
+        def __init__(self, on_listening: Callable[[list[Any]], None], config: Any) -> None:
+            super().__init__(config)
+            self.on_listening = on_listening
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                self.on_listening([sock.getsockname() for server in self.servers for sock in server.sockets or ()])
+
+    return Server
 
 
 def _log_error(event: dict[str, Any]) -> None:

@@ -34,7 +34,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import MdMemoryError, WorkspaceError
@@ -43,9 +42,11 @@ from mdmemory.filewrite import Folder, write_all
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
 from mdmemory.service import torn as torn_copy
-from mdmemory.service.canonical import entry_id
-from mdmemory.service.contract import ENTRY_ID, Turn, bad, turn_of
+from mdmemory.service.contract import ENTRY_ID
+from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare, render_entry
 from mdmemory.workspace import SESSIONS_DIR
+
+__all__ = ["SessionLog", "Status", "render_entry", "tombstone_reason"]
 
 TOMBSTONES = ".tombstones.jsonl"
 LOCK_NAME = ".mdmemory.lock"
@@ -56,40 +57,12 @@ MAX_REASON_CHARS = 1000
 DAY_FILE = re.compile(r"\d{4}-\d{2}-\d{2}\.md")
 
 
-def entry_time(entry: dict[str, Any], metadata: dict[str, Any]) -> datetime:
-    """The entry's ``ts`` in ``metadata.timezone`` (UTC without one); InvalidArgumentError naming the field."""
-    try:
-        ts = datetime.fromisoformat(str(entry.get("ts")))
-    except ValueError:
-        raise bad("entry.ts", f"{str(entry.get('ts'))[:40]!r} is not an RFC 3339 time") from None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    name = metadata.get("timezone")
-    if not name:
-        return ts.astimezone(UTC)
-    try:
-        return ts.astimezone(ZoneInfo(name))
-    except (ZoneInfoNotFoundError, ValueError):
-        raise bad("metadata.timezone", f"{name[:60]!r} is not an IANA time zone name such as 'Europe/Lisbon'") from None
-
-
 def tombstone_reason(reason: str) -> str:
     """A forget's reason as its tombstone keeps it: redacted, at most ``MAX_REASON_CHARS``, valid UTF-8."""
     text = blocks.clean(reason)
     if len(text) > MAX_REASON_CHARS:
         text = text[:MAX_REASON_CHARS] + " …(cut)"
     return redact(text)
-
-
-def render_entry(entry: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, str, str]:
-    """``(entry id, day, block)``: the entry's block (redacted) and the day of the file it goes into."""
-    eid = entry_id(entry)
-    when = entry_time(entry, metadata)
-    turn = turn_of(entry)
-    turn = Turn(redact(turn.user), redact(turn.assistant), tuple(redact(t) for t in turn.tools))
-    model = entry.get("effective_model") or entry.get("requested_model") or metadata.get("requested_model")
-    block = blocks.render(eid, when.strftime("%H:%M:%S"), redact(str(model or "")), turn)
-    return eid, when.date().isoformat(), block
 
 
 class SessionLog:
@@ -236,10 +209,23 @@ class SessionLog:
                 return "forgotten"
             return "duplicate" if entry_id_ in self._ids and self._holds(folder, entry_id_) else None
 
-    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
+    def retain(
+        self, entry: dict[str, Any], metadata: dict[str, Any] | None = None, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    ) -> tuple[Status, str]:
         """Append ``entry`` as one block (redacted) unless it is retained or tombstoned already."""
-        eid, day, block = render_entry(entry, metadata or {})
-        return self.write_blocks([(eid, day, block)])[0], eid
+        p = prepare(entry, metadata or {}, max_chars)
+        return self.store(p), p.entry_id
+
+    def size_of(self, day: str) -> int | None:
+        """The size of ``sessions/<day>.md`` now (None when it does not exist)."""
+        try:
+            return (self.dir / f"{day}.md").stat().st_size
+        except OSError:
+            return None
+
+    def store(self, p: Prepared) -> Status:
+        """Append a prepared block (mdmemory.service.retained) unless its id is retained or tombstoned already."""
+        return self.write_blocks([(p.entry_id, p.day, p.block)])[0]
 
     def write_blocks(self, items: Sequence[tuple[str, str, str]]) -> list[Status]:
         """Append each ``(entry id, day, rendered block)`` to ``sessions/<day>.md`` unless its id is retained or
