@@ -1,7 +1,8 @@
 """One JSON line per memory operation, with the proxy's field names and never any memory text.
 
 Fields follow cllama's ``memory_op`` log entries (``internal/logging`` ``LogMemoryOp``): ``{ts, type:
-"memory_op", agent_id, memory_op, memory_status, memory_blocks, memory_bytes, memory_removed, ms}``;
+"memory_op", agent_id, memory_op, memory_status, memory_blocks, memory_bytes, memory_removed, ms}`` and the
+request's ``pod`` when it named one;
 ``memory_status`` is ``succeeded`` or ``failed`` as there, and ``memory_result`` says what a retain did.
 """
 
@@ -31,6 +32,7 @@ class Telemetry:
         removed: int | None = None,
         result: str | None = None,
         http_status: int | None = None,
+        pod: str | None = None,
     ) -> None:
         line: dict[str, Any] = {
             "ts": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -47,6 +49,8 @@ class Telemetry:
             line["memory_result"] = result
         if http_status is not None:
             line["status_code"] = http_status
+        if pod is not None:
+            line["pod"] = pod
         text = json.dumps(line, ensure_ascii=False)
         with self._lock:
             try:

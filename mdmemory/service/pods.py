@@ -1,0 +1,278 @@
+"""Which agent answers a request: its ``agent_id`` within its ``pod`` (``service.podScope``).
+
+Clawdapus runs a proxy per pod; one memory service may serve several pods, and two pods may well name an
+agent alike. So that they never share memory by accident, an agent serves one pod:
+
+- ``agents.list[].pod`` binds a configured agent to a pod (``"*"``: every pod, shared on purpose);
+- under ``podScope: "bind"`` (the default) an agent with no binding — configured, or made by
+  ``service.autoAgents`` — belongs to the first pod whose request uses it (a recall, retain or forget; a
+  status request claims nothing). The claim is kept beside the agent's index: ``<index>.pod.json`` next to
+  its SQLite file (``{home}/state/memory/<id>.sqlite.pod.json``), or the ``pods`` table of the shared
+  PostgreSQL store, which every replica reads;
+- under ``podScope: "namespace"`` only a binding gives a pod a configured agent, and ``autoAgents`` gives
+  every pod agents of its own;
+- a request from another pod is refused (``PodRefused``, HTTP 403, naming both pods), or, under
+  ``service.autoAgents``, served by the pod's own agent ``<id>@<pod>`` (workspace
+  ``{home}/agents/<id>@<pod>/``, index ``store.path`` with ``{agentId}`` = ``<id>@<pod>``, rows keyed so in
+  PostgreSQL; ``@`` is in no agent id, so it never meets an agent without a pod);
+- a request without ``pod`` is served by the agent ``agent_id`` as before pods were looked at, and under
+  ``podScope: "off"`` every request is.
+
+``decide`` is the rule, pure; ``Pods`` adds the claims and remembers what it learnt (a claim never moves while
+the service runs: a binding in the configuration wins over it, and takes effect on a restart).
+"""
+
+from __future__ import annotations
+
+import calendar
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mdmemory.config import AgentConfig, Config
+from mdmemory.errors import MdMemoryError, StoreError
+from mdmemory.service.contract import check_agent_id, check_pod
+from mdmemory.service.remote import entry_log
+
+SEPARATOR = "@"
+CLAIM_SUFFIX = ".pod.json"  # beside an SQLite index: {"pod", "claimed_at"} (an RFC 3339 time)
+
+
+class PodRefused(MdMemoryError):
+    """The agent serves another pod (HTTP 403)."""
+
+
+class _Unknown(Exception):
+    """The claim is not known without reading it."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The pod an agent serves, and why: ``agents.list`` (a binding) or ``first request`` (a claim)."""
+
+    pod: str
+    by: Literal["agents.list", "first request"]
+    since: float | None = None  # when a claim was made (UNIX time)
+
+    def to_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"pod": self.pod, "by": self.by}
+        if self.since is not None:
+            out["since"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
+        return out
+
+
+def scoped_id(agent_id: str, pod: str) -> str:
+    """The id of ``pod``'s own agent ``agent_id`` (autoAgents): what its folder, index and rows are named."""
+    return f"{agent_id}{SEPARATOR}{pod}"
+
+
+def split_id(key: str) -> tuple[str, str | None]:
+    """``(agent id, pod)`` of an agent's id here: ``("a", "p")`` for ``a@p``, ``("a", None)`` for ``a``."""
+    agent_id, sep, pod = key.partition(SEPARATOR)
+    return (agent_id, pod) if sep else (agent_id, None)
+
+
+def decide(
+    agent_id: str,
+    pod: str | None,
+    *,
+    scope: str,
+    configured: bool,
+    binding: str | None,
+    auto: bool,
+    owner: Callable[[], Owner | None],
+) -> str:
+    """The id of the agent that answers ``agent_id`` asked from ``pod`` (see the module docstring); ``owner``
+    looks up (or makes) the claim of the agent ``agent_id``, called only under ``bind`` for an agent with no
+    binding. Raises ``PodRefused``; an unknown agent without ``auto`` is the caller's to refuse."""
+    if pod is None or scope == "off":
+        return agent_id
+    if not configured and not auto:
+        return agent_id  # unknown: refused as such
+    if binding == "*" or binding == pod:
+        return agent_id
+    if binding is not None:
+        held: Owner | None = Owner(binding, "agents.list")
+    elif scope == "bind":
+        held = owner()
+        if held is None or held.pod == pod:
+            return agent_id
+    else:  # namespace: only a binding gives a pod an agent that is not its own
+        held = None
+    if auto:
+        return scoped_id(agent_id, pod)
+    raise PodRefused(_refusal(agent_id, pod, held))
+
+
+def _refusal(agent_id: str, pod: str, held: Owner | None) -> str:
+    if held is None:
+        why = (
+            f'is bound to no pod, and service.podScope "namespace" serves it only to requests without a pod; '
+            f"this request is from pod {pod!r}"
+        )
+    elif held.by == "agents.list":
+        why = f"serves pod {held.pod!r} (its agents.list[].pod); this request is from pod {pod!r}"
+    else:
+        since = held.to_dict().get("since", "")
+        why = f"serves pod {held.pod!r} (the first pod that used it, since {since}); this request is from pod {pod!r}"
+    return (
+        f"agent {agent_id!r} {why}, and two pods never share an agent's memory. Fix: give the agent in pod {pod!r} "
+        f'another id; or set its agents.list[].pod ("*" shares it with every pod); or set service.autoAgents so '
+        f'each pod gets an agent of its own ({scoped_id(agent_id, pod)!r}); or service.podScope "off" to serve '
+        "every pod alike"
+    )
+
+
+class Pods:
+    """``decide`` with the configuration and the claims (see the module docstring). ``config_of(id, create)``
+    is the agent's configuration (``Agents.config_of``: configured, or made by autoAgents)."""
+
+    def __init__(self, config: Config, config_of: Callable[[str, bool], AgentConfig]) -> None:
+        self.config = config
+        self.config_of = config_of
+        self._bindings = {a.id: a.pod for a in config.agents}  # the configured agents and their agents.list[].pod
+        self._owners: dict[str, Owner] = {}  # agent id -> its pod, once known (a claim never moves)
+        self._locks: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def known(self, agent_id: str, pod: str | None) -> str | None:
+        """The agent's id for ``pod`` when no claim needs reading (never waits, never refuses): None otherwise."""
+
+        def cached() -> Owner | None:
+            held = self._owners.get(agent_id)
+            if held is None:
+                raise _Unknown
+            return held
+
+        try:
+            return self._decide(agent_id, pod, cached)
+        except (_Unknown, PodRefused):
+            return None
+
+    def key(self, agent_id: str, pod: str | None, *, create: bool = True) -> str:
+        """The id of the agent that answers ``agent_id`` from ``pod``; with ``create`` (a recall, retain or
+        forget) an agent no pod has claimed yet becomes ``pod``'s. May read or write the claim: call it off
+        the event loop. Raises ``PodRefused``, ``UnknownAgent``, or what reading the claim raises."""
+        check_agent_id(agent_id)
+        check_pod(pod)
+        return self._decide(agent_id, pod, lambda: self._owner(agent_id, pod if create else None, create))
+
+    def _decide(self, agent_id: str, pod: str | None, owner: Callable[[], Owner | None]) -> str:
+        service = self.config.service
+        configured = agent_id in self._bindings
+        binding = self._bindings.get(agent_id)
+        return decide(
+            agent_id,
+            pod,
+            scope=service.pod_scope,
+            configured=configured,
+            binding=binding,
+            auto=service.auto_agents,
+            owner=owner,
+        )
+
+    def owner(self, agent: AgentConfig) -> Owner | None:
+        """The pod ``agent`` (an id here, ``<id>@<pod>`` included) serves, for its status; None: any pod."""
+        agent_id, pod = split_id(agent.id)
+        if pod is not None:
+            return Owner(pod, "first request")  # autoAgents made it for that pod
+        binding = self._bindings.get(agent_id)
+        if binding is not None:
+            return None if binding == "*" else Owner(binding, "agents.list")
+        if self.config.service.pod_scope != "bind":
+            return None
+        return self._owners.get(agent_id) or _read_claim(agent)
+
+    def _owner(self, agent_id: str, pod: str | None, create: bool) -> Owner | None:
+        """The claim on ``agent_id``; made for ``pod`` when there is none yet and ``pod`` is given."""
+        with self._lock:
+            lock = self._locks.setdefault(agent_id, threading.Lock())
+        with lock:
+            held = self._owners.get(agent_id)
+            if held is None:
+                agent = self.config_of(agent_id, create)
+                held = _claim(agent, pod) if pod is not None else _read_claim(agent)
+                if held is not None:
+                    self._owners[agent_id] = held
+            return held
+
+
+def claim_file(agent: AgentConfig) -> Path:
+    """Where the pod an agent serves is kept when its index is in SQLite: beside the index."""
+    return agent.store_path.with_name(agent.store_path.name + CLAIM_SUFFIX)
+
+
+def _claim(agent: AgentConfig, pod: str) -> Owner:
+    """The claim on ``agent``, made for ``pod`` when there is none (durable before it returns)."""
+    with entry_log(agent) as log:
+        if log is not None:  # the shared store: every replica sees it
+            held, since = log.claim_pod(pod)
+            return Owner(held, "first request", since)
+    path = claim_file(agent)
+    found = _parse(path)
+    if found is not None:
+        return found
+    now = int(time.time())
+    body = json.dumps({"pod": pod, "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as fh:
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)  # made whole, or not at all when another process claimed it first
+        except FileExistsError:
+            found = _parse(path)
+            assert found is not None
+            return found
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+    _sync_folder(path.parent)
+    return Owner(pod, "first request", float(now))
+
+
+def _read_claim(agent: AgentConfig) -> Owner | None:
+    with entry_log(agent) as log:
+        if log is not None:
+            claim = log.pod_claim()
+            return Owner(claim[0], "first request", claim[1]) if claim is not None else None
+    return _parse(claim_file(agent))
+
+
+def _parse(path: Path) -> Owner | None:
+    """The claim in ``path``; a file that does not say which pod is refused, never replaced."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        claim = json.loads(data)
+        pod = check_pod(claim["pod"])
+        assert pod is not None
+        since = float(calendar.timegm(time.strptime(claim["claimed_at"], "%Y-%m-%dT%H:%M:%SZ")))
+    except (ValueError, KeyError, TypeError, AssertionError, MdMemoryError):
+        raise StoreError(
+            f"{path} does not say which pod the agent serves (expected "
+            '{"pod": "<name>", "claimed_at": "<RFC 3339 time>"}). Fix: correct it, or delete it (the next pod '
+            "to use the agent claims it), or bind the agent with agents.list[].pod",
+            kind="error",
+        ) from None
+    return Owner(pod, "first request", since)
+
+
+def _sync_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
