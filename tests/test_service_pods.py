@@ -5,6 +5,9 @@ and PostgreSQL — and a request without ``pod`` is served as before."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -219,7 +222,8 @@ def test_under_auto_agents_each_pod_has_its_own_agent(
     assert (status, rocket["status"]) == (202, "retained")
     status, balloon = _retain(svc, "shared", "pod-b", BALLOON, minute=1)
     assert (status, balloon["status"]) == (202, "retained")
-    assert (home / "state" / "memory" / "shared.sqlite.pod.json").is_file() != bool(store_backend)
+    claim = json.loads((home / "state" / "memory" / "shared.sqlite.pod.json").read_text())  # (PostgreSQL: a copy)
+    assert claim["pod"] == "pod-a"
     assert (home / "agents" / "shared@pod-b" / "sessions" / "2026-11-23.md").is_file()
 
     for pod, own, other, ask_own, ask_other in (
@@ -308,3 +312,72 @@ def test_a_pod_shares_an_agent_bound_to_every_pod(tmp_path: Path, start: Any) ->
     assert code == 200 and "ORCHID-5521" in text  # shared on purpose
     status = svc.call("GET", "/agents/library/status?pod=pod-b")
     assert status.status == 200 and status.body["pod"]["serves"] is None
+
+
+def _backfill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        "MDMEMORY_HOME": str(home),
+        "PATH": "/usr/bin:/bin",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    cmd = [sys.executable, "-m", "mdmemory", "backfill", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_backfill_replays_a_pods_ledger_into_that_pods_agent(tmp_path: Path, start: Any) -> None:
+    """cllama keeps a ledger per pod (each pod runs its own proxy): ``--pod`` says whose it is, locally or
+    through a running service, and the pod rule applies as to the proxy's own retains."""
+    cfg, ws = _config(tmp_path, {}, [{"id": "main"}, {"id": "shared", "pod": "pod-a"}], autoAgents=True)
+    ledger = tmp_path / "pod-b-history" / "shared" / "history.jsonl"
+    ledger.parent.mkdir(parents=True)
+    entries = [cllama_turns.turn("shared", *said, pod="pod-b").entry for said in (ROCKET, BALLOON)]
+    ledger.write_bytes(b"".join(e.history_line() + b"\n" for e in entries))
+    home = tmp_path / "home"
+    done = _backfill(str(ledger), "--config", str(cfg), "--pod", "pod-b", home=home)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["retained"] == 2
+    own = (home / "agents" / "shared@pod-b" / "sessions" / "2026-11-23.md").read_text()
+    assert "ORCHID-5521" in own and "TULIP-8830" in own
+    assert not (ws["shared"] / "sessions").exists()  # pod-a's agent got nothing
+    svc = start(cfg)
+    done = _backfill(str(ledger), "--url", svc.url, "--token", TOKEN, "--pod", "pod-b", home=home)
+    assert done.returncode == 0 and json.loads(done.stdout)["duplicates"] == 2, done.stderr
+    assert "ORCHID-5521" in _recalled(svc, "shared", "pod-b", ASK_ROCKET)[1]
+    assert "ORCHID-5521" not in _recalled(svc, "shared", "pod-a", ASK_ROCKET)[1]
+    bad = _backfill(str(ledger), "--config", str(cfg), "--pod", "../b", home=home)
+    assert bad.returncode == 2 and "--pod" in bad.stderr
+
+
+def test_with_postgresql_down_a_replica_with_the_files_claims_locally_and_the_database_takes_it_later(
+    tmp_path: Path, start: Any
+) -> None:
+    """The files' host keeps retaining while the database is away (as it does without pods): the first pod's
+    claim is made in ``<index>.pod.json``, refused pods stay refused, and the database takes that pod when it
+    is back, for every replica."""
+    from tests.pg_tcp import TcpPostgres
+
+    pg = TcpPostgres()
+    pg.start()
+    try:
+        store = {"backend": "postgres", "url": pg.url, "schema": "pods_down"}
+        cfg, ws = _config(tmp_path, store, [{"id": "shared"}])
+        svc = start(cfg)
+        pg.stop("immediate")
+        status, body = _retain(svc, "shared", "pod-a", ROCKET)
+        assert (status, body["status"]) == (202, "retained")
+        assert "ORCHID-5521" in (ws["shared"] / "sessions" / "2026-11-23.md").read_text()
+        status, refused = _retain(svc, "shared", "pod-b", BALLOON, minute=1)
+        assert status == 403 and "'pod-a'" in refused["error"]
+        pg.start()
+        status, refused = _retain(svc, "shared", "pod-b", BALLOON, minute=2)
+        assert status == 403 and "'pod-a'" in refused["error"]
+        import psycopg
+
+        with psycopg.connect(pg.url) as conn:
+            assert conn.execute("SELECT agent_id, pod FROM pods_down.pods").fetchall() == [("shared", "pod-a")]
+        assert "TULIP" not in (ws["shared"] / "sessions" / "2026-11-23.md").read_text()
+        svc.stop()
+    finally:
+        pg.stop()
+        pg.remove()

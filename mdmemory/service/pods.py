@@ -6,9 +6,7 @@ agent alike. So that they never share memory by accident, an agent serves one po
 - ``agents.list[].pod`` binds a configured agent to a pod (``"*"``: every pod, shared on purpose);
 - under ``podScope: "bind"`` (the default) an agent with no binding — configured, or made by
   ``service.autoAgents`` — belongs to the first pod whose request uses it (a recall, retain or forget; a
-  status request claims nothing). The claim is kept beside the agent's index: ``<index>.pod.json`` next to
-  its SQLite file (``{home}/state/memory/<id>.sqlite.pod.json``), or the ``pods`` table of the shared
-  PostgreSQL store, which every replica reads;
+  status request claims nothing). The claim is kept beside the agent's index (mdmemory.service.podclaims);
 - under ``podScope: "namespace"`` only a binding gives a pod a configured agent, and ``autoAgents`` gives
   every pod agents of its own;
 - a request from another pod is refused (``PodRefused``, HTTP 403, naming both pods), or, under
@@ -24,24 +22,15 @@ the service runs: a binding in the configuration wins over it, and takes effect 
 
 from __future__ import annotations
 
-import calendar
-import contextlib
-import json
-import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Literal
 
 from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import MdMemoryError, StoreError
+from mdmemory.errors import MdMemoryError
 from mdmemory.service.contract import check_agent_id, check_pod
-from mdmemory.service.remote import entry_log
+from mdmemory.service.podclaims import Owner, claim, read_claim
 
 SEPARATOR = "@"
-CLAIM_SUFFIX = ".pod.json"  # beside an SQLite index: {"pod", "claimed_at"} (an RFC 3339 time)
 
 
 class PodRefused(MdMemoryError):
@@ -50,21 +39,6 @@ class PodRefused(MdMemoryError):
 
 class _Unknown(Exception):
     """The claim is not known without reading it."""
-
-
-@dataclass(frozen=True)
-class Owner:
-    """The pod an agent serves, and why: ``agents.list`` (a binding) or ``first request`` (a claim)."""
-
-    pod: str
-    by: Literal["agents.list", "first request"]
-    since: float | None = None  # when a claim was made (UNIX time)
-
-    def to_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {"pod": self.pod, "by": self.by}
-        if self.since is not None:
-            out["since"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.since))
-        return out
 
 
 def scoped_id(agent_id: str, pod: str) -> str:
@@ -187,7 +161,7 @@ class Pods:
             return None if binding == "*" else Owner(binding, "agents.list")
         if self.config.service.pod_scope != "bind":
             return None
-        return self._owners.get(agent_id) or _read_claim(agent)
+        return self._owners.get(agent_id) or read_claim(agent)
 
     def _owner(self, agent_id: str, pod: str | None, create: bool) -> Owner | None:
         """The claim on ``agent_id``; made for ``pod`` when there is none yet and ``pod`` is given."""
@@ -197,82 +171,7 @@ class Pods:
             held = self._owners.get(agent_id)
             if held is None:
                 agent = self.config_of(agent_id, create)
-                held = _claim(agent, pod) if pod is not None else _read_claim(agent)
-                if held is not None:
+                held = claim(agent, pod) if pod is not None else read_claim(agent)
+                if held is not None and not held.provisional:
                     self._owners[agent_id] = held
             return held
-
-
-def claim_file(agent: AgentConfig) -> Path:
-    """Where the pod an agent serves is kept when its index is in SQLite: beside the index."""
-    return agent.store_path.with_name(agent.store_path.name + CLAIM_SUFFIX)
-
-
-def _claim(agent: AgentConfig, pod: str) -> Owner:
-    """The claim on ``agent``, made for ``pod`` when there is none (durable before it returns)."""
-    with entry_log(agent) as log:
-        if log is not None:  # the shared store: every replica sees it
-            held, since = log.claim_pod(pod)
-            return Owner(held, "first request", since)
-    path = claim_file(agent)
-    found = _parse(path)
-    if found is not None:
-        return found
-    now = int(time.time())
-    body = json.dumps({"pod": pod, "claimed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))}) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "x", encoding="utf-8") as fh:
-            fh.write(body)
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.link(tmp, path)  # made whole, or not at all when another process claimed it first
-        except FileExistsError:
-            found = _parse(path)
-            assert found is not None
-            return found
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-    _sync_folder(path.parent)
-    return Owner(pod, "first request", float(now))
-
-
-def _read_claim(agent: AgentConfig) -> Owner | None:
-    with entry_log(agent) as log:
-        if log is not None:
-            claim = log.pod_claim()
-            return Owner(claim[0], "first request", claim[1]) if claim is not None else None
-    return _parse(claim_file(agent))
-
-
-def _parse(path: Path) -> Owner | None:
-    """The claim in ``path``; a file that does not say which pod is refused, never replaced."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        claim = json.loads(data)
-        pod = check_pod(claim["pod"])
-        assert pod is not None
-        since = float(calendar.timegm(time.strptime(claim["claimed_at"], "%Y-%m-%dT%H:%M:%SZ")))
-    except (ValueError, KeyError, TypeError, AssertionError, MdMemoryError):
-        raise StoreError(
-            f"{path} does not say which pod the agent serves (expected "
-            '{"pod": "<name>", "claimed_at": "<RFC 3339 time>"}). Fix: correct it, or delete it (the next pod '
-            "to use the agent claims it), or bind the agent with agents.list[].pod",
-            kind="error",
-        ) from None
-    return Owner(pod, "first request", since)
-
-
-def _sync_folder(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
