@@ -381,3 +381,25 @@ def test_with_postgresql_down_a_replica_with_the_files_claims_locally_and_the_da
     finally:
         pg.stop()
         pg.remove()
+
+
+def test_claims_race_to_one_pod_and_a_damaged_claim_is_refused_not_replaced(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from mdmemory.errors import StoreError
+    from mdmemory.service.podclaims import claim, claim_file, read_claim
+
+    cfg, _ = _config(tmp_path, {}, [{"id": "shared"}])
+    agent = load_config(cfg, env={"MDMEMORY_HOME": str(tmp_path / "home")}).agent("shared")
+    assert read_claim(agent) is None
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(6) as pool:  # six processes claim at once, each for a pod of its own: one wins, all see it
+        owners = pool.starmap(claim, [(agent, f"pod-{i}") for i in range(6)])
+    assert len({o.pod for o in owners}) == 1 and read_claim(agent) == owners[0]
+    assert not [p for p in claim_file(agent).parent.iterdir() if p.name.endswith(".tmp")]
+    claim_file(agent).write_text('{"pod": "../etc"}')
+    for call in (lambda: claim(agent, "pod-x"), lambda: read_claim(agent)):
+        with pytest.raises(StoreError) as err:
+            call()
+        assert str(claim_file(agent)) in str(err.value) and "Fix:" in str(err.value)
+    assert claim_file(agent).read_text() == '{"pod": "../etc"}'
