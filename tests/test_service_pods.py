@@ -299,3 +299,28 @@ def test_with_postgresql_down_a_replica_with_the_files_claims_locally_and_the_da
     finally:
         pg.stop()
         pg.remove()
+
+
+def test_a_claim_that_cannot_be_written_yet_holds_in_the_process_and_is_written_when_it_can(
+    tmp_path: Path, start: Any
+) -> None:
+    """Where indexes and their claims go is not a folder (as a broken volume leaves it): the files still take
+    the retain, the process holds to the first pod's claim (pod-b stays refused), and writes it once it can."""
+    cfg, ws = _config(tmp_path, {}, [{"id": "shared"}])
+    svc = start(cfg)
+    blocker = tmp_path / "home" / "state" / "memory"
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    if blocker.is_dir():
+        import shutil
+
+        shutil.rmtree(blocker)
+    blocker.write_text("not a folder")
+    status, body = _retain(svc, "shared", "pod-a", ROCKET)
+    assert (status, body["status"]) == (202, "retained")
+    status, refused = _retain(svc, "shared", "pod-b", BALLOON, minute=1)
+    assert status == 403 and "'pod-a'" in refused["error"]
+    blocker.unlink()
+    assert _recalled(svc, "shared", "pod-a", ASK_ROCKET)[0] == 200
+    claim = json.loads((blocker / "shared.sqlite.pod.json").read_text())
+    assert claim["pod"] == "pod-a"
+    assert "TULIP" not in (ws["shared"] / "sessions" / "2026-11-23.md").read_text()

@@ -8,7 +8,9 @@
   replica that holds the agent's files keeps a copy in ``<index>.pod.json`` beside its local state. When the
   database cannot be reached it goes by that copy, or makes it (the files are where its retains go then, as
   they do without the database), and the database takes the copy's pod when it is reached again; such a
-  claim is ``provisional``: looked up again on the next request.
+  claim is ``provisional``: looked up again on the next request. So is a claim that could not be written
+  (the folder is not one, read-only or full): ``mdmemory.service.pods`` keeps it in memory, so that the
+  process holds to it, and writes it as soon as it can.
 
 A file that does not say which pod is refused (503 naming it), never replaced: deleting it lets the next pod
 claim the agent; a binding (``agents.list[].pod``) wins over any claim.
@@ -104,10 +106,13 @@ def _make(path: Path, pod: str) -> Owner:
     owner = Owner(pod, "first request", float(int(time.time())))
     try:
         _write(path, owner, replace=False)
-    except FileExistsError:  # another process claimed it a moment ago
+    except FileExistsError:  # another process claimed it a moment ago (or a file is where the folder goes)
         found = _parse(path)
-        assert found is not None
-        return found
+        if found is not None:
+            return found
+        return Owner(pod, owner.by, owner.since, provisional=True)
+    except OSError:  # the folder refuses it (not a folder, read-only, full): the caller keeps it meanwhile
+        return Owner(pod, owner.by, owner.since, provisional=True)
     return owner
 
 
@@ -116,7 +121,8 @@ def _write(path: Path, owner: Owner, *, replace: bool) -> None:
     is (FileExistsError)."""
     since = owner.since if owner.since is not None else time.time()
     body = json.dumps({"pod": owner.pod, "claimed_at": time.strftime(_TIME, time.gmtime(since))}) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True)  # a file in its place: FileExistsError, which here means "no folder"
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "x", encoding="utf-8") as fh:
@@ -142,7 +148,7 @@ def _parse(path: Path) -> Owner | None:
     """The claim in ``path``; None when there is none; a file that does not say which pod: StoreError."""
     try:
         data = path.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (another error: who knows, refused)
         return None
     try:
         found = json.loads(data)

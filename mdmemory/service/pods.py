@@ -112,6 +112,7 @@ class Pods:
         self.config_of = config_of
         self._bindings = {a.id: a.pod for a in config.agents}  # the configured agents and their agents.list[].pod
         self._owners: dict[str, Owner] = {}  # agent id -> its pod, once known (a claim never moves)
+        self._provisional: dict[str, Owner] = {}  # claims this process made but could not record yet
         self._locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
@@ -161,7 +162,7 @@ class Pods:
             return None if binding == "*" else Owner(binding, "agents.list")
         if self.config.service.pod_scope != "bind":
             return None
-        return self._owners.get(agent_id) or read_claim(agent)
+        return self._owners.get(agent_id) or self._provisional.get(agent_id) or read_claim(agent)
 
     def _owner(self, agent_id: str, pod: str | None, create: bool) -> Owner | None:
         """The claim on ``agent_id``; made for ``pod`` when there is none yet and ``pod`` is given."""
@@ -169,9 +170,19 @@ class Pods:
             lock = self._locks.setdefault(agent_id, threading.Lock())
         with lock:
             held = self._owners.get(agent_id)
-            if held is None:
-                agent = self.config_of(agent_id, create)
-                held = claim(agent, pod) if pod is not None else read_claim(agent)
-                if held is not None and not held.provisional:
-                    self._owners[agent_id] = held
+            if held is not None:
+                return held
+            agent = self.config_of(agent_id, create)
+            wanted = self._provisional.get(agent_id)  # claimed here, not recorded yet: recorded now if it can be
+            if pod is None and wanted is None:
+                held = read_claim(agent)
+            elif pod is None:
+                return wanted
+            else:
+                held = claim(agent, wanted.pod if wanted is not None else pod)
+            if held is not None and held.provisional:
+                self._provisional[agent_id] = held
+            elif held is not None:
+                self._owners[agent_id] = held
+                self._provisional.pop(agent_id, None)
             return held
