@@ -209,7 +209,7 @@ def test_namespace_and_off(tmp_path: Path, start: Any) -> None:
     assert code == 200 and "ORCHID-5521" in text  # pods ignored, as asked
 
 
-@pytest.mark.parametrize("pod", ["../x", "a/b", "..", "x" * 65, "pod a", 5, ["pod-a"]])
+@pytest.mark.parametrize("pod", ["../x", "a/b", "..", "x" * 65, "pod a", 5, ["pod-a"], "ghp_" + "a" * 36])
 def test_a_bad_pod_is_refused_naming_the_field(tmp_path: Path, start: Any, pod: Any) -> None:
     cfg, ws = _config(tmp_path, {}, [{"id": "main"}], autoAgents=True)
     svc = start(cfg)

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mdmemory.errors import InvalidArgumentError
+from mdmemory.redaction import find_secrets
 
 MAX_RECALL_BLOCKS = 8  # memory.go maxRecallBlocks
 MAX_RECALL_TEXT_BYTES = 8 * 1024  # memory.go maxRecallTextBytes
@@ -71,6 +72,9 @@ def check_pod(value: Any, field: str = "pod") -> str | None:
         raise bad(field, "expected a pod name (a string) or nothing")
     if not AGENT_ID.fullmatch(value) or value in (".", ".."):
         raise bad(field, f"{value[:80]!r} is not a valid pod name (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    found = find_secrets(value)
+    if found:  # a pod shows in telemetry, status and folder names (<id>@<pod>): a token there would leak
+        raise bad(field, f"looks like a secret ({found[0][2]}), not a pod name. Fix: send the pod's name")
     return value
 
 
