@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--after", help="only entries after this RFC 3339 time")
     p.add_argument("--limit", type=int, help="at most this many entries")
     p.add_argument("--url", help="POST to a running service instead of writing locally")
+    p.add_argument("--pod", help="the pod whose proxy wrote the ledgers (as cllama sends its metadata.json pod)")
     p.add_argument(
         "--token", help="bearer token for --url (default: $MEMORY_API_TOKEN, else the token the service generated)"
     )
@@ -96,23 +97,25 @@ def backfill_main(args: argparse.Namespace) -> int:
     from mdmemory.service import backfill as bf
     from mdmemory.service.agents import Agents, with_sessions
     from mdmemory.service.auth import TOKEN_ENV, stored_token
+    from mdmemory.service.contract import check_pod
     from mdmemory.service.sessionlog import SessionLog
 
     try:
         if args.limit is not None and args.limit < 1:
             raise InvalidArgumentError("--limit: expected a positive number of entries")
         after = bf.parse_time(args.after) if args.after else None
+        check_pod(args.pod, "--pod")
         paths = [Path(p) for p in args.ledgers]
         if args.url:
             token = args.token or os.environ.get(TOKEN_ENV) or stored_token(load_config(args.config).home)
-            retain = bf.http_retain(args.url, token)
+            retain = bf.http_retain(args.url, token, pod=args.pod)
         else:
             agents = Agents(load_config(args.config))
             logs: dict[str, SessionLog] = {}
 
             def retain(agent_id: str, entry: dict[str, Any]) -> str:
-                if agent_id not in logs:
-                    logs[agent_id] = SessionLog(with_sessions(agents.config_of(agent_id)))
+                if agent_id not in logs:  # the agent that answers agent_id from --pod (mdmemory.service.pods)
+                    logs[agent_id] = SessionLog(with_sessions(agents.config_of(agents.pods.key(agent_id, args.pod))))
                 return logs[agent_id].retain(entry)[0]
 
         files = bf.ledger_files(paths) if all(p.is_file() for p in paths) else []

@@ -99,6 +99,7 @@ RUNTIME_COMPACTION_KEYS = frozenset(
 )
 _UNION_FIELDS = frozenset({"extra_paths"})  # lists merged as a de-duplicated union instead of replaced
 AGENT_ID = re.compile(r"[A-Za-z0-9_-]+")
+POD = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a pod name, as the service takes one: an agent id's rule
 TOKEN = re.compile(r"\{(\w*)\}")
 _MISMATCH = object()
 _INT64 = 2**63 - 1

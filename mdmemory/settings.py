@@ -182,6 +182,9 @@ class AgentConfig:
     # False in a ``mdmemory serve`` replica that does not hold this agent's files (``service.remoteAgents``):
     # it retains into the shared store's entries and reads file text from the index (README "Service replicas")
     files_here: bool = True
+    # The pod whose requests ``mdmemory serve`` answers for this agent (``agents.list[].pod``; "*": every pod);
+    # None: the first pod that uses it (``service.podScope``, mdmemory.service.pods)
+    pod: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,10 @@ class ServiceConfig:
     max_header_bytes: int = 32 * 1024  # request line and headers; more answers 431
     header_timeout_ms: int = 10_000  # a request's line and headers must arrive within this, else 408
     body_timeout_ms: int = 30_000  # and its body within this after them
+    # What a request's ``pod`` does (mdmemory.service.pods, README "Pods"): "bind" (an agent serves one pod:
+    # its agents.list[].pod, else the first pod that uses it), "namespace" (only its agents.list[].pod), "off"
+    # (pods are ignored). Under "bind" and "namespace", autoAgents serves other pods from ``<id>@<pod>``.
+    pod_scope: Literal["bind", "namespace", "off"] = "bind"
 
 
 @dataclass(frozen=True)
@@ -254,6 +261,7 @@ class Entry:
     id: str | None = None
     default: bool = False
     workspace: str | None = None  # None -> agents.defaults.workspace
+    pod: str | None = None  # the pod this agent serves ("*": every pod); see AgentConfig.pod
 
 
 @dataclass(frozen=True)

@@ -365,7 +365,8 @@ def test_mixed_load_of_recalls_retains_forgets_and_hand_edits_answers_without_er
     while not any("cormorant" in str(m["text"]) for m in _memories(service, "cormorant wings")):
         assert time.monotonic() < deadline, "a hand edit was not recalled within 5 s"
         time.sleep(0.2)
-    recalled = {i for m in _memories(service, "heron turn noted") for i in re.findall(r"hist1_mix\d+_\d+", str(m))}
+    said = re.findall(r"heron turn (\d+) (\d+)", json.dumps(_memories(service, "heron turn noted")))
+    recalled = {f"hist1_mix{k}_{i}" for k, i in said}  # recall shows the turn as said, not its entry id
     assert recalled and not recalled & set(forgotten)  # forgotten turns never come back
     sessions = "".join(p.read_text() for p in (ws / "sessions").glob("*.md"))
     assert not [f for f in forgotten if re.search(re.escape(f) + r"\b", sessions)]

@@ -16,6 +16,10 @@ own index work.
 An agent in ``service.remoteAgents`` is served without its files (mdmemory.service.remote): retains go to the
 shared store's entries, recalls read file text from the index.
 
+Which agent answers a request also depends on its ``pod`` (``service.podScope``, mdmemory.service.pods): an
+agent serves one pod, and under autoAgents another pod's request for the same id is served by that pod's
+own agent ``<id>@<pod>``, created as above in ``{home}/agents/<id>@<pod>/``.
+
 The service always searches the retained turns: the ``sessions`` source (``memorySearch.sources``) is
 switched on for every agent it serves (pack items from them have kind ``session``).
 """
@@ -39,8 +43,8 @@ from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, 
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
-from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
+from mdmemory.service.pods import Pods, split_id
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
@@ -129,24 +133,25 @@ class Agents:
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
         self.closed_idle = 0  # agents closed to make room since start
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
+        self.pods = Pods(config, self.config_of)
 
     def ids(self) -> list[str]:
         return [a.id for a in self.config.agents if self.served is None or a.id in self.served]
 
     @contextlib.contextmanager
-    def use(self, agent_id: str, *, create: bool = True) -> Iterator[Agent]:
+    def use(self, agent_id: str, *, create: bool = True, pod: str | None = None) -> Iterator[Agent]:
         """The agent, open and held until the block ends. ``create=False``: UnknownAgent for an autoAgents
-        agent that does not exist yet, instead of creating it."""
-        agent = self.acquire(agent_id, create=create)
+        agent that does not exist yet, instead of creating it (and no pod claims it)."""
+        agent = self.acquire(agent_id, create=create, pod=pod)
         try:
             yield agent
         finally:
             self.release(agent)
 
-    def acquire(self, agent_id: str, *, create: bool = True) -> Agent:
-        """Hold the agent (open it first when it is not); ``release`` it when done. May wait (see the module
-        docstring): call it off the event loop, or ``held`` first."""
-        check_agent_id(agent_id)
+    def acquire(self, agent_id: str, *, create: bool = True, pod: str | None = None) -> Agent:
+        """Hold the agent that answers ``agent_id`` from ``pod`` (open it first when it is not); ``release`` it
+        when done. May wait (see the module docstring): call it off the event loop, or ``held`` first."""
+        agent_id = self.pods.key(agent_id, pod, create=create)  # "<id>@<pod>": the pod's own (autoAgents)
         deadline = time.monotonic() + BUSY_SECONDS
         with self._lock:
             while True:
@@ -269,10 +274,12 @@ class Agents:
         return self._create(agent_id, create)
 
     def _create(self, agent_id: str, create: bool) -> AgentConfig:
+        """An autoAgents agent, ``agent_id`` or a pod's own ``<id>@<pod>``, with the default agent's settings."""
+        plain, _ = split_id(agent_id)
         base = self.config.agent()
         root = (self.config.home / "agents").resolve()
         workspace = (root / agent_id).resolve()
-        if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
+        if workspace.parent != root:  # ids and pods are never "." or ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
         twin = self._case_twin(agent_id, root)
         if twin is not None:
@@ -298,7 +305,7 @@ class Agents:
                 f"would be taken for one of the files beside agent {clash!r}'s index. Fix: choose another id"
             )
         store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home))).absolute()
-        here = not is_remote(agent_id, self.remote)
+        here = not (is_remote(agent_id, self.remote) or is_remote(plain, self.remote))
         if not create and not (workspace.is_dir() or store.exists()):
             raise UnknownAgent(
                 f"unknown agent {agent_id!r}: it has retained nothing here yet (service.autoAgents creates it on its "
@@ -311,7 +318,9 @@ class Agents:
             else:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
-        return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
+        return replace(
+            base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here, pod=None
+        )
 
     def _case_twin(self, agent_id: str, root: Path) -> str | None:
         """A configured or existing agent whose id differs from ``agent_id`` by case only, unless ``agent_id``

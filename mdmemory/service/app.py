@@ -2,9 +2,10 @@
 
 Routes (the Clawdapus memory plane; descriptor as ``examples/reference-memory/.claw-describe.json``):
 ``GET /.claw-describe.json``, ``GET /healthz`` (both open), ``POST /recall``, ``POST /retain`` (202),
-``POST /forget`` (204), ``GET /agents/{agent_id}/status`` (bearer token, mdmemory.service.auth). Every
-request first passes the edge rules (mdmemory.service.edge). Errors are ``{"error": ...}`` with 400 (naming
-the field), 401, 403, 404, 408, 413, 415 or 503.
+``POST /forget`` (204), ``GET /agents/{agent_id}/status[?pod=P]`` (bearer token, mdmemory.service.auth).
+Every request first passes the edge rules (mdmemory.service.edge). A body's ``pod`` picks the agent with its
+id (mdmemory.service.pods). Errors are ``{"error": ...}`` with 400 (naming the field), 401, 403 (also: the
+agent serves another pod), 404, 408, 413, 415 or 503.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mdmemory.service.auth import Auth
 from mdmemory.service.bodies import Bodies
 from mdmemory.service.budget import Budget, open_fds
 from mdmemory.service.edge import EdgeRules, HttpError, error
+from mdmemory.service.pods import PodRefused
 from mdmemory.service.recall import recall
 from mdmemory.service.recallpool import RecallPool
 from mdmemory.service.retained import Prepared, prepare
@@ -68,11 +70,13 @@ def build_app(
     )
 
     @contextlib.asynccontextmanager
-    async def using(agent_id: str, create: bool = True) -> AsyncIterator[Agent]:
-        """The agent, held for the request (opened in a worker thread when it is not open: that may wait)."""
-        agent = agents.held(agent_id)
+    async def using(agent_id: str, pod: str | None, create: bool = True) -> AsyncIterator[Agent]:
+        """The agent that answers ``agent_id`` from ``pod``, held for the request (found, claimed or opened in a
+        worker thread when that takes more than a look: it may wait)."""
+        key = agents.pods.known(agent_id, pod)
+        agent = agents.held(key) if key is not None else None
         if agent is None:
-            agent = await run_in_threadpool(agents.acquire, agent_id, create=create)
+            agent = await run_in_threadpool(agents.acquire, agent_id, create=create, pod=pod)
         try:
             yield agent
         finally:
@@ -83,12 +87,13 @@ def build_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             start = time.perf_counter()
-            agent_id = "-"
+            agent_id, pod = "-", None
             try:
                 if not auth.allows(request.headers.get("authorization")):
                     raise HttpError(401, refused)
                 async with bodies.json(request, keep_raw=op == "recall") as body:
                     agent_id = contract.check_agent_id(body.get("agent_id"))
+                    pod = contract.check_pod(body.get("pod"))
                     response, info = await handler(request, body)
             except Exception as exc:
                 response, info = _failure(op, exc, tel), {}
@@ -98,7 +103,8 @@ def build_app(
             if ok:
                 agents.succeeded(agent_id)
             ms = (time.perf_counter() - start) * 1000
-            tel.op(agent_id, op, "succeeded" if ok else "failed", ms, http_status=response.status_code, **info)
+            status = "succeeded" if ok else "failed"
+            tel.op(agent_id, op, status, ms, http_status=response.status_code, pod=pod, **info)
             return response
 
         return endpoint
@@ -106,7 +112,7 @@ def build_app(
     async def do_recall(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
         contract.check_recall(body)
-        async with using(body["agent_id"]) as agent:
+        async with using(body["agent_id"], body.get("pod") or None) as agent:
             raw = worker_body(request.state.raw, body) if pool is not None else None
             if pool is not None and raw is not None:
                 if agent.memory.catch_up_due():  # else nothing to do: no thread hop
@@ -132,7 +138,7 @@ def build_app(
         meta = contract.check_metadata(body)
         entry = contract.check_entry(body)
         prepared = await run_in_threadpool(prepare, entry, meta, svc.max_message_chars)
-        async with using(body["agent_id"]) as agent:
+        async with using(body["agent_id"], body.get("pod") or None) as agent:
 
             def run() -> tuple[str, int | None]:
                 return agent.log.store(prepared), agent.log.size_of(prepared.day)
@@ -155,7 +161,7 @@ def build_app(
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
         ids = contract.check_entry_ids(body)
-        async with using(body["agent_id"]) as agent:
+        async with using(body["agent_id"], body.get("pod") or None) as agent:
 
             def run() -> int:
                 removed, changed = agent.log.forget(ids, body.get("reason"))
@@ -189,7 +195,8 @@ def build_app(
         if not auth.allows(request.headers.get("authorization")):
             return error(401, refused)
         try:
-            async with using(request.path_params["agent_id"], create=False) as agent:
+            pod = contract.check_pod(request.query_params.get("pod"), "pod (query parameter)")
+            async with using(request.path_params["agent_id"], pod, create=False) as agent:
 
                 def run() -> dict[str, Any]:
                     with agent.lock:
@@ -198,7 +205,13 @@ def build_app(
                         sessions = agent.log.stats()
                     except MdMemoryError as exc:  # a missing workspace: the status says so, it does not fail
                         sessions = {"error": f"{type(exc).__name__}: the session files cannot be read now"}
-                    return {**state, "sessions": sessions}
+                    try:
+                        owner = agents.pods.owner(agent.config)
+                        serves: Any = owner.to_dict() if owner is not None else None
+                    except (MdMemoryError, OSError) as exc:
+                        serves = {"error": f"{type(exc).__name__}: the pod it serves cannot be read now"}
+                    pods = {"scope": agents.config.service.pod_scope, "serves": serves}
+                    return {**state, "agentId": agent.config.id, "pod": pods, "sessions": sessions}
 
                 return JSONResponse(await run_in_threadpool(run))
         except Exception as exc:
@@ -246,6 +259,8 @@ def _failure(op: str, exc: Exception, tel: Telemetry) -> Response:
         return error(400, str(exc))
     if isinstance(exc, UnknownAgent):
         return error(404, str(exc))
+    if isinstance(exc, PodRefused):
+        return error(403, str(exc))
     if isinstance(exc, MdMemoryError):
         return error(503, f"{type(exc).__name__}: {exc}")
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT):

@@ -57,6 +57,7 @@ _UN_HEADING_TIME = re.compile(r"\\(?=#+[ \t]*\d\d:\d\d:\d\d)")
 _UN_COMMENT = re.compile(r"<\\(?=\\*!--)")
 
 _HEADER = b"# Sessions 0000-00-00\n\n"  # "0" stands for any digit
+_FILE_HEADER = re.compile(r"# Sessions \d{4}-\d{2}-\d{2}\r?")
 _HEADING_START = b"## 00:00:00 \xc2\xb7 "
 
 
@@ -99,6 +100,19 @@ def unescape(text: str) -> str:
 
 def file_header(day: str) -> str:
     return f"# Sessions {day}\n\n"
+
+
+def structure_of(line: str) -> str | None:
+    """What one line of a session file (without its line ending) is: ``"heading"`` or ``"closing"`` of a
+    block, ``"header"`` (the file's ``# Sessions YYYY-MM-DD``), else None (text)."""
+    if not line.startswith(("## ", "<!-- /", "# Sessions ")):
+        return None
+    if _FILE_HEADER.fullmatch(line):
+        return "header"
+    m = _STRUCTURE.fullmatch(line.encode("utf-8", "surrogateescape"))
+    if m is None:
+        return None
+    return "heading" if m[3] is not None else "closing"
 
 
 def closing(entry_id: str) -> str:

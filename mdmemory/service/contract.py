@@ -70,6 +70,21 @@ def check_agent_id(value: Any, field: str = "agent_id") -> str:
     return value
 
 
+def check_pod(value: Any, field: str = "pod") -> str | None:
+    """A request's pod (cllama: metadata.json's ``pod``, left out when empty): None when absent, null or
+    empty; else a name with an agent id's rule (it names folders and index files: ``<id>@<pod>``)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise bad(field, "expected a pod name (a string) or nothing")
+    if not AGENT_ID.fullmatch(value) or value in (".", ".."):
+        raise bad(field, f"{value[:80]!r} is not a valid pod name (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    found = find_secrets(value)
+    if found:  # a pod shows in telemetry, status and folder names (<id>@<pod>): a token there would leak
+        raise bad(field, f"looks like a secret ({found[0][2]}), not a pod name. Fix: send the pod's name")
+    return value
+
+
 def check_object(body: Any, name: str = "body") -> dict[str, Any]:
     if not isinstance(body, dict):
         raise bad(name, "expected a JSON object")

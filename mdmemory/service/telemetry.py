@@ -1,14 +1,14 @@
 """One JSON line per memory operation, with the proxy's field names and meanings, and never any memory text.
 
 Fields follow cllama's ``memory_op`` log entries (``internal/logging`` ``LogMemoryOp``): ``{ts, type:
-"memory_op", agent_id, memory_op, memory_status, memory_blocks, memory_bytes, memory_removed, ms}``;
-``memory_status`` is ``succeeded`` or ``failed`` as there. For a recall, ``memory_blocks`` is the number of
-blocks answered and ``memory_bytes`` the UTF-8 length of the memory block the proxy puts into the prompt for
-them (``injected_bytes``: cllama's ``formatMemoryBlocks``, for a service named ``mdmemory`` in the agent's
-memory.json, which the proxy does not send: another name changes it by the difference in length), so the two
-logs can be compared line for line; ``memory_text_bytes`` is the length of the blocks' texts alone. Ours only:
-``memory_result`` (what a retain did), ``status_code`` and ``memory_warnings`` (codes such as
-``timezone_unknown`` or ``truncated_user``, never a value the client sent).
+"memory_op", agent_id, memory_op, memory_status, memory_blocks, memory_bytes, memory_removed, ms}`` and the
+request's ``pod`` when it named one; ``memory_status`` is ``succeeded`` or ``failed`` as there. For a recall,
+``memory_blocks`` is the number of blocks answered and ``memory_bytes`` the UTF-8 length of the memory block
+the proxy puts into the prompt for them (``injected_bytes``: cllama's ``formatMemoryBlocks``, for a service
+named ``mdmemory`` in the agent's memory.json, which the proxy does not send: another name changes it by the
+difference in length), so the two logs can be compared line for line; ``memory_text_bytes`` is the length of
+the blocks' texts alone. Ours only: ``memory_result`` (what a retain did), ``status_code`` and
+``memory_warnings`` (codes such as ``timezone_unknown`` or ``truncated_user``, never a value the client sent).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class Telemetry:
         http_status: int | None = None,
         text_size: int | None = None,
         warnings: list[str] | None = None,
+        pod: str | None = None,
     ) -> None:
         line: dict[str, Any] = {
             "ts": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
@@ -62,6 +63,8 @@ class Telemetry:
             line["memory_warnings"] = warnings
         if http_status is not None:
             line["status_code"] = http_status
+        if pod is not None:
+            line["pod"] = pod
         text = json.dumps(line, ensure_ascii=False)
         with self._lock:
             try:
