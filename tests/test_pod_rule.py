@@ -100,7 +100,7 @@ def test_claims_race_to_one_pod_and_a_damaged_claim_is_refused_not_replaced(tmp_
     cfg.write_text(json.dumps({"agents": {"list": [{"id": "shared", "workspace": str(tmp_path / "ws")}]}}))
     agent = load_config(cfg, env={"MDMEMORY_HOME": str(tmp_path / "home")}).agent("shared")
     assert read_claim(agent) is None
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # fork in a process with threads can inherit a held lock
     with ctx.Pool(6) as pool:  # six processes claim at once, each for a pod of its own: one wins, all see it
         owners = pool.starmap(claim, [(agent, f"pod-{i}") for i in range(6)])
     assert len({o.pod for o in owners}) == 1 and read_claim(agent) == owners[0]
