@@ -86,6 +86,7 @@ SERVICE_RANGES: dict[str, Range] = {
     "port": Range(0, 65535),
     "maxBodyBytes": Range(1024, 1 << 30),
     "recallWorkers": Range(0, 64),
+    "recallBudgetMs": Range(10, 600_000),
     "maxOpenAgents": Range(1, 100_000),
     "maxConnections": Range(1, 1_000_000),
     "maxHeaderBytes": Range(1024, 1 << 20),

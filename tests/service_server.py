@@ -75,7 +75,8 @@ class Service:
                         self.token = generated.read_text().strip()  # the one it made (service.auth "token")
                     return
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.05)  # not listening yet, or 503 while it opens its agents
         raise RuntimeError("serve did not come up")
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:

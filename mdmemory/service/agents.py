@@ -29,15 +29,16 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
-from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
+from mdmemory.errors import ConfigError, EmbeddingsPending, InvalidArgumentError, MdMemoryError, WorkspaceError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
+from mdmemory.providers import deadline
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
@@ -77,20 +78,69 @@ class Agent:
     dirty: bool = field(default=False)
     drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
     users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
+    embedder: Memory | None = None  # the background indexer's own connection, for vectors (``index_vectors``)
 
-    def catch_up(self) -> None:
-        """Bring the index up to date with the files before a recall: at once after a retain or forget
-        through the service (``Memory.changed``), else at most every ``CATCH_UP_SECONDS`` and only when no
-        sync is running already (the one that is catches up)."""
+    def catch_up(self, until: float | None = None) -> bool:
+        """Bring the index's text up to date with the files (their vectors follow in the background,
+        ``index_vectors``): at once after a retain or forget through the service (``Memory.changed``), else at
+        most every ``CATCH_UP_SECONDS`` and only when no catch-up is running already (the one that is covers
+        it). With ``until`` (a ``time.monotonic()`` value: a recall's budget) it waits for the agent's lock and
+        indexes only until then; False when it could not catch up in time (what is indexed answers)."""
         mem = self.memory
+        if not mem.catch_up_due():
+            return True
+        if until is not None and time.monotonic() >= until:
+            return False
         if mem.change_announced:
-            with self.lock:
+            if not self.lock.acquire(timeout=-1 if until is None else until - time.monotonic()):
+                return False
+        elif not self.lock.acquire(blocking=False):
+            return True  # a catch-up is running: it covers this one
+        try:
+            with deadline.until(until):
                 mem.catch_up()
-        elif mem.catch_up_due() and self.lock.acquire(blocking=False):
+        finally:
+            self.lock.release()
+        return True
+
+    def open_index(self, should_stop: Callable[[], bool] | None = None) -> None:
+        """What the first recall would otherwise do, done now: the model loaded, the index opened and brought
+        up to date with the files, text and vectors (as ``mdmemory index``; vectors a failing provider could
+        not make are left to the background), the files' state noted so that the next catch-up finds
+        nothing. ``should_stop`` stops it between files (the service is shutting down)."""
+        mem = self.memory
+        with self.lock:
+            mem.should_stop = should_stop
             try:
-                mem.catch_up()
+                mem.sync()
+            except EmbeddingsPending:
+                self.dirty = True  # the text is indexed; the background indexer embeds the rest
+            except WorkspaceError:
+                pass  # a folder is missing (an unmounted volume): recalls answer from the index meanwhile
             finally:
-                self.lock.release()
+                mem.should_stop = None
+            mem.catch_up()
+
+    def index_vectors(self) -> int:
+        """Embed what text-only catch-ups left pending, on a connection of its own and without the agent's
+        lock (recalls and retains go on meanwhile); how many chunks still wait. For the background indexer."""
+        if self.embedder is None:
+            mem = self.memory
+            self.embedder = Memory(mem.agent, mem.config, choice=mem.choice, env=mem.env)
+            self.embedder.catches_up = False
+        self.embedder.follow(self.memory)
+        return self.embedder.embed_waiting()
+
+    def vectors_waiting(self) -> bool:
+        """Whether chunks wait for their vectors (False while the agent's lock is taken: ask again later)."""
+        if self.embedder is not None:  # the background indexer's own connection: no lock needed
+            return self.embedder.store.pending_count() > 0
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            return self.memory.store.pending_count() > 0
+        finally:
+            self.lock.release()
 
 
 def with_sessions(agent: AgentConfig) -> AgentConfig:
@@ -326,6 +376,8 @@ class Agents:
         with self._opening:  # two agents with the same settings opened at once must not load two models
             memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
             memory.catch_up_interval = CATCH_UP_SECONDS
+            memory.catch_up_budgeted = True  # text only, within the recall's budget: vectors follow
+            memory.background = "owner"  # the background indexer (mdmemory.service.server) embeds them
             self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
@@ -337,6 +389,8 @@ class Agents:
                 with contextlib.suppress(MdMemoryError, OSError):
                     agent.memory.sync()  # its retains indexed before it closes (else: at its next open)
             agent.readers.close()
+            if agent.embedder is not None:
+                agent.embedder.close(provider=False)
             agent.memory.close(provider=agent.memory.current_choice is not shared)
 
     def close(self) -> None:

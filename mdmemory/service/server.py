@@ -1,8 +1,10 @@
 """``mdmemory serve``: the app on uvicorn within its limits, and a background indexer for retained turns.
 
+The port is bound at once; recalls are answered once every agent is open (mdmemory.service.startup).
 uvicorn handles SIGTERM and SIGINT: it stops accepting connections and lets in-flight requests finish
 (up to ``DRAIN_SECONDS``) before the agents' indexes are closed. A retain answers after its block is
-durable; the index follows within about a second (``INDEX_EVERY_SECONDS``), and any search catches up first.
+durable and its text indexed; its vectors follow within about a second (``INDEX_EVERY_SECONDS``), on the
+background indexer's own connection, and until then recalls find the turn by its keywords.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
+from mdmemory.service.startup import Startup
 from mdmemory.service.telemetry import Telemetry
+from mdmemory.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
 
 DRAIN_SECONDS = 30
 INDEX_EVERY_SECONDS = 1.0
@@ -33,13 +37,17 @@ KEEP_ALIVE_SECONDS = 5  # an idle connection between requests is closed after th
 
 
 class BackgroundIndexer:
-    """Syncs the index of every agent that retained something since the last pass."""
+    """Indexes what the requests left to the background, for every open agent: the text of files a recall's
+    catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. A failing
+    pass (the provider is down) is retried after ``FIRST_RETRY_SECONDS``, doubling up to ``MAX_RETRY_SECONDS``."""
 
     def __init__(self, agents: Agents, telemetry: Telemetry) -> None:
         self.agents = agents
         self.telemetry = telemetry
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mdmemory-service-index", daemon=True)
+        self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
+        self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
 
     def start(self) -> None:
         self._thread.start()
@@ -63,16 +71,27 @@ class BackgroundIndexer:
     def _pass(self, agent: Agent) -> None:
         if agent.drainer is not None and not self._stop.is_set():
             self._drain(agent)
-        if not agent.dirty or self._stop.is_set():
+        now = time.monotonic()
+        if self._stop.is_set() or now < self._retry_at.get(agent.config.id, 0.0):
+            return
+        try:
+            due = agent.dirty or agent.memory.change_announced or agent.vectors_waiting()
+        except (MdMemoryError, OSError):
+            due = True  # its index cannot be read: the pass below says so
+        if not due:
             return
         agent.dirty = False
         start = time.perf_counter()
         try:
-            with agent.lock:
-                agent.memory.sync()
+            agent.catch_up()  # text the requests' catch-ups left (they are bounded by a recall's budget)
+            agent.index_vectors()
             status = "succeeded"
+            self._failures.pop(agent.config.id, None)
         except (MdMemoryError, OSError):
-            status = "failed"  # status shows it (lastError); the next retain or search tries again
+            status = "failed"  # status shows it (lastError); tried again after a pause
+            failures = self._failures[agent.config.id] = self._failures.get(agent.config.id, 0) + 1
+            pause = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+            self._retry_at[agent.config.id] = now + pause
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
     def _drain(self, agent: Agent) -> None:
@@ -119,7 +138,7 @@ def serve(
     svc = config.service
     caps = budget.plan(
         budget.raise_fd_limit(),
-        readers=reader_count(),
+        readers=reader_count() + 1,  # and the background indexer's connection (``Agent.index_vectors``)
         sockets=len(config.agents) if fingerprint is not None else 0,
         workers=size,
         max_open_agents=svc.max_open_agents,
@@ -130,10 +149,11 @@ def serve(
     agents = Agents(config, env, max_open=caps.max_open_agents)
     indexer = BackgroundIndexer(agents, telemetry)
     pool = RecallPool(config, size)
-    if pool.size:
-        pool.start()  # before the first request: each worker imports and reads the configuration once
+    startup = Startup(agents, pool, indexer.start)  # opens every agent, starts the workers, then is ready
     connections = Connections(caps.max_connections)
-    app = build_app(agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps)
+    app = build_app(
+        agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps, startup=startup
+    )
     limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
     protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
@@ -157,7 +177,7 @@ def serve(
     if fingerprint is not None:
         sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
-    indexer.start()
+    startup.start()
     print(
         f"mdmemory serve: http://{host}:{port}, token: {who.origin}; up to {caps.max_connections} connections "
         f"and {caps.max_open_agents} open agents (file-descriptor limit {caps.fd_limit})",
@@ -167,6 +187,7 @@ def serve(
     try:
         server.run()
     finally:
+        startup.stop()
         if sockets is not None:
             sockets.stop()
         indexer.stop()
