@@ -48,7 +48,8 @@ class Service:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> None:
+        """Start ``mdmemory serve``; unless ``wait`` is False, wait until ``/healthz`` says it is ready."""
         self.port = free_port() if not self.prefix else 18080  # another network namespace: all ports free
         env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
         env.pop("MEMORY_API_TOKEN", None)
@@ -64,6 +65,11 @@ class Service:
             preexec_fn=None if self.fd_limit is None else functools.partial(_limit_fds, self.fd_limit),
         )
         out.close()
+        if wait:
+            self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

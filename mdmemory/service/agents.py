@@ -44,6 +44,7 @@ from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
+from mdmemory.service.vectorwait import VectorTickets
 from mdmemory.storeconfig import store_path_clash
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -79,6 +80,7 @@ class Agent:
     drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
     users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
     embedder: Memory | None = None  # the background indexer's own connection, for vectors (``index_vectors``)
+    vectors: VectorTickets = field(default_factory=VectorTickets)  # retains waiting for their vectors
 
     def catch_up(self, until: float | None = None) -> bool:
         """Bring the index's text up to date with the files (their vectors follow in the background,

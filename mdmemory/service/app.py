@@ -39,7 +39,10 @@ from mdmemory.service.timebox import CATCH_UP_SHARE, EMBED_SHARE, START_SHARE, D
 if TYPE_CHECKING:
     from mdmemory.service.protocol import Connections
 
-RETAIN_INDEX_SECONDS = 1.0  # how long a retain waits to index its turn's text (the proxy's retain budget: 2 s)
+# A retain answers once its turn's text is indexed (waiting at most RETAIN_TEXT_SECONDS for that) and its
+# vectors are in, or at RETAIN_SECONDS, whichever comes first: within the proxy's retain budget (cllama: 2 s).
+RETAIN_TEXT_SECONDS = 1.0
+RETAIN_SECONDS = 1.5
 
 DESCRIPTOR: dict[str, Any] = {
     "version": 2,
@@ -58,10 +61,12 @@ def build_app(
     connections: Connections | None = None,
     budget: Budget | None = None,
     startup: Startup | None = None,
+    wake: Callable[[], None] | None = None,
 ) -> Starlette:
     """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can).
     ``connections`` and ``budget`` are what ``/healthz`` reports on; with ``startup``, recalls wait for it
-    to be ready (mdmemory.service.startup)."""
+    to be ready (mdmemory.service.startup); with ``wake`` (the background indexer's), a retain waits a
+    little for its turn's vectors (mdmemory.service.vectorwait)."""
     tel = telemetry or Telemetry()
     limit = agents.config.service.max_body_bytes
     recall_budget = agents.config.service.recall_budget_ms / 1000
@@ -156,12 +161,17 @@ def build_app(
         async with using(body["agent_id"]) as agent:
             status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
             if status == "retained":
+                ticket = agent.vectors.take()
                 agent.dirty = True  # its vectors: the background indexer
                 agent.memory.changed()
                 # its text indexed before the answer, so that the next recall finds it by keywords at once
                 # (else, when the agent's lock stays taken, that recall's catch-up or the indexer does it)
+                started = request.state.started
                 with contextlib.suppress(MdMemoryError, OSError):  # the block is durable: answer 202 anyway
-                    await run_in_threadpool(agent.catch_up, time.monotonic() + RETAIN_INDEX_SECONDS)
+                    await run_in_threadpool(agent.catch_up, started + RETAIN_TEXT_SECONDS)
+                if wake is not None:  # and its vectors, if they come in time (a paraphrase finds it then)
+                    wake()
+                    await agent.vectors.wait(ticket, started + RETAIN_SECONDS - time.monotonic())
         return JSONResponse({"status": status, "id": eid}, status_code=202), {"result": status}
 
     async def do_forget(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:

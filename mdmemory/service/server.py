@@ -45,6 +45,7 @@ class BackgroundIndexer:
         self.agents = agents
         self.telemetry = telemetry
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mdmemory-service-index", daemon=True)
         self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
         self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
@@ -52,13 +53,22 @@ class BackgroundIndexer:
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Make a pass now (a retain waits for its vectors), not at the next ``INDEX_EVERY_SECONDS``."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(60)
 
     def _run(self) -> None:
-        while not self._stop.wait(INDEX_EVERY_SECONDS):
+        while True:
+            self._wake.wait(INDEX_EVERY_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             for agent_id in self.agents.opened():
                 agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
                 if agent is None:
@@ -81,10 +91,12 @@ class BackgroundIndexer:
         if not due:
             return
         agent.dirty = False
+        upto = agent.vectors.issued  # the retains this pass covers
         start = time.perf_counter()
         try:
             agent.catch_up()  # text the requests' catch-ups left (they are bounded by a recall's budget)
-            agent.index_vectors()
+            if agent.index_vectors() == 0:
+                agent.vectors.finished(upto)  # retains waiting for them answer now
             status = "succeeded"
             self._failures.pop(agent.config.id, None)
         except (MdMemoryError, OSError):
@@ -152,7 +164,14 @@ def serve(
     startup = Startup(agents, pool, indexer.start)  # opens every agent, starts the workers, then is ready
     connections = Connections(caps.max_connections)
     app = build_app(
-        agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps, startup=startup
+        agents,
+        who,
+        telemetry,
+        pool if pool.size else None,
+        connections=connections,
+        budget=caps,
+        startup=startup,
+        wake=indexer.wake,
     )
     limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
     protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
