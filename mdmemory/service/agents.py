@@ -1,4 +1,5 @@
-"""The agents one service process serves: each with its ``Memory`` and ``SessionLog``, opened on first use.
+"""The agents one service process serves: each with its ``Memory`` and ``SessionLog`` (an ``Agent``,
+mdmemory.service.openagent), opened when the service starts (mdmemory.service.startup) or on first use.
 
 Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
 which creates ``{home}/agents/{id}/`` from the workspace template on the agent's first retain or recall (a
@@ -29,22 +30,21 @@ import shutil
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
-from mdmemory.errors import ConfigError, EmbeddingsPending, InvalidArgumentError, MdMemoryError, WorkspaceError
+from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
-from mdmemory.providers import deadline
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
+from mdmemory.service.openagent import Agent
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
-from mdmemory.service.vectorwait import VectorTickets
 from mdmemory.storeconfig import store_path_clash
 from mdmemory.workspace import SESSIONS_DIR
 
@@ -67,82 +67,6 @@ class AgentUnavailable(MdMemoryError):
 
 class AgentsBusy(AgentUnavailable):
     """Every open agent is in use, so no other may be opened now (HTTP 503)."""
-
-
-@dataclass
-class Agent:
-    config: AgentConfig
-    memory: Memory
-    log: SessionLog | RemoteLog  # LocalLog (a SessionLog) for an agent in the shared store whose files are here
-    lock: threading.Lock  # around the writes of ``memory``: sync, forget, catching up
-    readers: Readers  # what recalls search with, side by side
-    dirty: bool = field(default=False)
-    drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
-    users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
-    embedder: Memory | None = None  # the background indexer's own connection, for vectors (``index_vectors``)
-    vectors: VectorTickets = field(default_factory=VectorTickets)  # retains waiting for their vectors
-
-    def catch_up(self, until: float | None = None) -> bool:
-        """Bring the index's text up to date with the files (their vectors follow in the background,
-        ``index_vectors``): at once after a retain or forget through the service (``Memory.changed``), else at
-        most every ``CATCH_UP_SECONDS`` and only when no catch-up is running already (the one that is covers
-        it). With ``until`` (a ``time.monotonic()`` value: a recall's budget) it waits for the agent's lock and
-        indexes only until then; False when it could not catch up in time (what is indexed answers)."""
-        mem = self.memory
-        if not mem.catch_up_due():
-            return True
-        if until is not None and time.monotonic() >= until:
-            return False
-        if mem.change_announced:
-            if not self.lock.acquire(timeout=-1 if until is None else until - time.monotonic()):
-                return False
-        elif not self.lock.acquire(blocking=False):
-            return True  # a catch-up is running: it covers this one
-        try:
-            with deadline.until(until):
-                mem.catch_up()
-        finally:
-            self.lock.release()
-        return True
-
-    def open_index(self, should_stop: Callable[[], bool] | None = None) -> None:
-        """What the first recall would otherwise do, done now: the model loaded, the index opened and brought
-        up to date with the files, text and vectors (as ``mdmemory index``; vectors a failing provider could
-        not make are left to the background), the files' state noted so that the next catch-up finds
-        nothing. ``should_stop`` stops it between files (the service is shutting down)."""
-        mem = self.memory
-        with self.lock:
-            mem.should_stop = should_stop
-            try:
-                mem.sync()
-            except EmbeddingsPending:
-                self.dirty = True  # the text is indexed; the background indexer embeds the rest
-            except WorkspaceError:
-                pass  # a folder is missing (an unmounted volume): recalls answer from the index meanwhile
-            finally:
-                mem.should_stop = None
-            mem.catch_up()
-
-    def index_vectors(self) -> int:
-        """Embed what text-only catch-ups left pending, on a connection of its own and without the agent's
-        lock (recalls and retains go on meanwhile); how many chunks still wait. For the background indexer."""
-        if self.embedder is None:
-            mem = self.memory
-            self.embedder = Memory(mem.agent, mem.config, choice=mem.choice, env=mem.env)
-            self.embedder.catches_up = False
-        self.embedder.follow(self.memory)
-        return self.embedder.embed_waiting()
-
-    def vectors_waiting(self) -> bool:
-        """Whether chunks wait for their vectors (False while the agent's lock is taken: ask again later)."""
-        if self.embedder is not None:  # the background indexer's own connection: no lock needed
-            return self.embedder.store.pending_count() > 0
-        if not self.lock.acquire(blocking=False):
-            return False
-        try:
-            return self.memory.store.pending_count() > 0
-        finally:
-            self.lock.release()
 
 
 def with_sessions(agent: AgentConfig) -> AgentConfig:
@@ -172,6 +96,7 @@ class Agents:
         self._opening = threading.Lock()  # around making an agent's provider choice
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
         self.closed_idle = 0  # agents closed to make room since start
+        self._threads: int | None = None  # ``limit_threads``: also for providers made later
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
 
     def ids(self) -> list[str]:
@@ -296,6 +221,16 @@ class Agents:
                 return opened.memory.current_choice
             return self._choices.get(provider_key(config)) if config is not None else None
 
+    def limit_threads(self, threads: int) -> None:
+        """Every provider of this process computes on at most ``threads`` threads from now on (its
+        indexing shares the machine with the recall workers)."""
+        with self._lock:
+            self._threads = threads
+            choices = list(self._choices.values())
+        for choice in choices:
+            if choice is not None and choice.provider is not None:
+                choice.provider.limit_threads(threads)
+
     def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
         for agent in self.config.agents:
             if agent.id == agent_id:
@@ -380,6 +315,8 @@ class Agents:
             memory.catch_up_interval = CATCH_UP_SECONDS
             memory.catch_up_budgeted = True  # text only, within the recall's budget: vectors follow
             memory.background = "owner"  # the background indexer (mdmemory.service.server) embeds them
+            if key not in self._choices and self._threads is not None and memory.choice.provider is not None:
+                memory.choice.provider.limit_threads(self._threads)
             self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 # A retain answers once its turn's text is indexed (waiting at most RETAIN_TEXT_SECONDS for that) and its
 # vectors are in, or at RETAIN_SECONDS, whichever comes first: within the proxy's retain budget (cllama: 2 s).
-RETAIN_TEXT_SECONDS = 1.0
-RETAIN_SECONDS = 1.5
+RETAIN_TEXT_SECONDS = 0.5
+RETAIN_SECONDS = 1.0
 
 DESCRIPTOR: dict[str, Any] = {
     "version": 2,
@@ -161,9 +161,9 @@ def build_app(
         async with using(body["agent_id"]) as agent:
             status, eid = await run_in_threadpool(agent.log.retain, entry, meta)
             if status == "retained":
-                ticket = agent.vectors.take()
                 agent.dirty = True  # its vectors: the background indexer
                 agent.memory.changed()
+                ticket = agent.vectors.take()  # after changed(): a pass that counts it also indexes its text
                 # its text indexed before the answer, so that the next recall finds it by keywords at once
                 # (else, when the agent's lock stays taken, that recall's catch-up or the indexer does it)
                 started = request.state.started

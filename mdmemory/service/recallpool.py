@@ -34,10 +34,15 @@ START_SECONDS = 300.0  # a worker must be ready (imports done, every agent opene
 MAX_RESTARTS = 5  # in a row without a recall answered in between: then the pool gives up (in-process only)
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def default_size() -> int:
     """``service.recallWorkers: "auto"``: one worker per core, up to 4; none on a one-core machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 0 if cores < 2 else min(cores, 4)
+    n = cores()
+    return 0 if n < 2 else min(n, 4)
 
 
 class WorkerLost(Exception):

@@ -84,14 +84,15 @@ class BackgroundIndexer:
         now = time.monotonic()
         if self._stop.is_set() or now < self._retry_at.get(agent.config.id, 0.0):
             return
+        upto = agent.vectors.issued  # the retains this pass covers (each announced its change before)
         try:
             due = agent.dirty or agent.memory.change_announced or agent.vectors_waiting()
         except (MdMemoryError, OSError):
             due = True  # its index cannot be read: the pass below says so
         if not due:
+            agent.vectors.finished(upto)  # all indexed and embedded
             return
         agent.dirty = False
-        upto = agent.vectors.issued  # the retains this pass covers
         start = time.perf_counter()
         try:
             agent.catch_up()  # text the requests' catch-ups left (they are bounded by a recall's budget)

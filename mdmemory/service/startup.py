@@ -36,7 +36,7 @@ from mdmemory.service.agents import Agents
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.edge import HttpError
 from mdmemory.service.recall import recall
-from mdmemory.service.recallpool import RecallPool
+from mdmemory.service.recallpool import RecallPool, cores
 
 WARM_QUERY = "what do we know about this project and its people?"
 STOP_SECONDS = 60.0  # how long a stop waits for the agent being opened (a sync stops between files)
@@ -128,6 +128,8 @@ class Startup:
             self.pool.start()  # each worker opens the agents and answers a query for each before it is ready
         if not self.pool.alive:
             self._warm_here()
+        else:  # from now on this process's indexing leaves the cores the workers do not need to them
+            self.agents.limit_threads(max(1, cores() - self.pool.alive))
         self.then()
         self._took = time.monotonic() - self._started
         self.ready.set()
