@@ -66,7 +66,11 @@ class Service:
         )
         out.close()
         if wait:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.stop()  # not left running behind a failed test
+                raise
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         assert self.proc is not None
@@ -75,7 +79,9 @@ class Service:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if self.call("GET", "/healthz").status == 200:
+                health = self.call("GET", "/healthz")
+                # ready: every agent opened (one that could not be is reported as degraded, with 503)
+                if health.status == 200 or (isinstance(health.body, dict) and health.body.get("ready") is True):
                     generated = self.home / "state" / "service-token"
                     if self.token is None and generated.is_file():
                         self.token = generated.read_text().strip()  # the one it made (service.auth "token")
