@@ -197,13 +197,13 @@ def serve(
     if fingerprint is not None:
         sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
-    startup.start()
     print(
         f"mdmemory serve: http://{host}:{port}, token: {who.origin}; up to {caps.max_connections} connections "
         f"and {caps.max_open_agents} open agents (file-descriptor limit {caps.fd_limit})",
         file=sys.stderr,
         flush=True,
     )
+    startup.start()  # the port is bound at once (below); recalls are answered once it is done
     try:
         server.run()
     finally:
