@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -220,12 +221,31 @@ def test_a_recall_whose_client_hung_up_while_it_waited_is_not_computed(
         svc.stop()
 
 
+def _late_recall(svc: Service, text: str, delay: float) -> tuple[int, Any]:
+    """A recall whose body arrives ``delay`` seconds after its headers: its budget runs while it waits."""
+    body = json.dumps(recall_body("main", text)).encode()
+    head = (
+        f"POST /recall HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {svc.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", svc.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        time.sleep(delay)
+        sock.sendall(body)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    status = int(reply.split(b" ", 2)[1])
+    return status, json.loads(reply.partition(b"\r\n\r\n")[2])
+
+
 def test_a_burst_of_recalls_past_their_budget_is_shed_and_the_rest_answer_in_time(
     tmp_path: Path, fake_server: FakeOpenAIServer
 ) -> None:
-    """Far more recalls at once than the service can answer in their budget, the provider slow: each one is
-    answered within about its budget (no queue builds up) or shed with 503 ``timed_out`` without being
-    computed; none is answered late, and telemetry counts each as what it was."""
+    """A burst of recalls, the provider slow: 20 that waited past their budget before they could start are
+    shed with 503 ``timed_out`` and never computed (the provider never sees them); 60 more at once, far
+    more than the service can embed in their budget, are each answered within about it (by keywords when
+    there is no time to embed) or shed; none is answered late, and telemetry counts each as what it was."""
     budget_ms = 300
     svc = remote_service(tmp_path, fake_server, recallWorkers=1, recallBudgetMs=budget_ms)
     svc.start()
@@ -233,25 +253,32 @@ def test_a_burst_of_recalls_past_their_budget_is_shed_and_the_rest_answer_in_tim
         fake_server.outage(Fault.slow(10.0))
         before = len(telemetry(svc))
         asked = len(fake_server.inputs())
-        results: list[tuple[int, float, Any]] = []
+        results: list[tuple[str, int, Any]] = []
         lock = threading.Lock()
 
         def one(i: int) -> None:
-            started = time.monotonic()
             reply = svc.call("POST", "/recall", recall_body("main", f"where is the heron boat {i}?"), timeout=30)
             with lock:
-                results.append((reply.status, time.monotonic() - started, reply.body))
+                results.append(("now", reply.status, reply.body))
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(60)]
+        def late(i: int) -> None:
+            status, body = _late_recall(svc, f"where is the lateboat{i} moored?", budget_ms / 1000 + 0.2)
+            with lock:
+                results.append(("late", status, body))
+
+        threads = [threading.Thread(target=late, args=(i,)) for i in range(20)]
+        threads += [threading.Thread(target=one, args=(i,)) for i in range(60)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(60)
-        assert len(results) == 60
-        shed = [r for r in results if r[0] == 503]
-        answered = [r for r in results if r[0] == 200]
-        assert len(shed) + len(answered) == 60, [r for r in results if r[0] not in (200, 503)]
-        assert shed and all("budget of 300 ms" in r[2]["error"] for r in shed)
+        assert len(results) == 80
+        late_ones = [r for r in results if r[0] == "late"]
+        assert all(r[1] == 503 and "budget of 300 ms" in r[2]["error"] for r in late_ones), late_ones
+        shed = [r for r in results if r[1] == 503]
+        answered = [r for r in results if r[1] == 200]
+        assert len(shed) + len(answered) == 80, [r for r in results if r[1] not in (200, 503)]
+        assert all("budget of 300 ms" in r[2]["error"] for r in shed)
         assert answered and all("pier 4" in json.dumps(r[2]) for r in answered)
         time.sleep(0.3)
         lines = telemetry(svc)[before:]
@@ -259,6 +286,7 @@ def test_a_burst_of_recalls_past_their_budget_is_shed_and_the_rest_answer_in_tim
         assert statuses == sorted(["succeeded"] * len(answered) + ["timed_out"] * len(shed)), statuses
         assert all(e["ms"] <= budget_ms * 1.5 for e in lines if e["memory_status"] == "succeeded"), lines
         assert all(e["status_code"] == 503 for e in lines if e["memory_status"] == "timed_out")
+        assert not queried(fake_server, "lateboat")  # the shed ones were never computed
         # the provider was asked for at most the recalls that started while there was time to embed
         assert len(fake_server.inputs()) - asked <= len(answered)
     finally:
