@@ -87,6 +87,7 @@ SERVICE_RANGES: dict[str, Range] = {
     "maxBodyBytes": Range(1024, 1 << 30),
     "maxMessageChars": Range(1000, 1 << 26),
     "recallWorkers": Range(0, 64),
+    "recallBudgetMs": Range(10, 600_000),
     "maxOpenAgents": Range(1, 100_000),
     "maxConnections": Range(1, 1_000_000),
     "maxHeaderBytes": Range(1024, 1 << 20),

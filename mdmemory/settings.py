@@ -200,6 +200,10 @@ class ServiceConfig:
     # each part of a retained turn (user, assistant, tool calls) is stored whole up to this many characters,
     # longer ones cut in the middle and the answer says so (mdmemory.service.retained)
     max_message_chars: int = 256 * 1024
+    # A recall is answered within this (mdmemory.service.timebox): it never waits past it for catching up,
+    # a worker or the query embedding (keywords answer then), and one whose time is up is not computed.
+    # Below the proxy's recall timeout (cllama: 300 ms) by the network's and the event loop's share.
+    recall_budget_ms: int = 250
     # Processes answering recalls beside the service's own (mdmemory.service.recallpool): None is one per
     # core up to 4 (none on one core); 0 answers every recall in the service's process.
     recall_workers: int | None = None

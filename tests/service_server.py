@@ -49,7 +49,8 @@ class Service:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> None:
+        """Start ``mdmemory serve``; unless ``wait`` is False, wait until ``/healthz`` says it is ready."""
         self.port = free_port() if not self.prefix else 18080  # another network namespace: all ports free
         env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
         env.pop("MEMORY_API_TOKEN", None)
@@ -65,18 +66,30 @@ class Service:
             preexec_fn=None if self.fd_limit is None else functools.partial(_limit_fds, self.fd_limit),
         )
         out.close()
+        if wait:
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.stop()  # not left running behind a failed test
+                raise
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if self.call("GET", "/healthz").status == 200:
+                health = self.call("GET", "/healthz")
+                # ready: every agent opened (one that could not be is reported as degraded, with 503)
+                if health.status == 200 or (isinstance(health.body, dict) and health.body.get("ready") is True):
                     generated = self.home / "state" / "service-token"
                     if self.token is None and generated.is_file():
                         self.token = generated.read_text().strip()  # the one it made (service.auth "token")
                     return
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.05)  # not listening yet, or 503 while it opens its agents
         raise RuntimeError("serve did not come up")
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:

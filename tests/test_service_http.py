@@ -28,14 +28,18 @@ TOKEN = "test-token-5f1c2d9e8a7b"
 
 
 @pytest.fixture
-def service(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Service]:
-    """A running service; on the store of ``store_backend`` (SQLite unless a test says ``both_backends``)."""
+def service(tmp_path: Path, store_backend: dict[str, Any], request: pytest.FixtureRequest) -> Iterator[Service]:
+    """A running service; on the store of ``store_backend`` (SQLite unless a test says ``both_backends``),
+    with the ``service`` settings a test gives as the fixture's parameter (``indirect``)."""
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe staging database is Postgres 16 on port 5433.\n")
     store = {"store": store_backend} if store_backend else None
     (tmp_path / "ws-ops").mkdir()  # an agent with an empty workspace
-    cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store)
+    settings = getattr(request, "param", {})
+    cfg = write_config(
+        tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store, **settings
+    )
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
     yield svc
@@ -298,6 +302,9 @@ def test_backfill_after_skips_older_entries(service: Service, tmp_path: Path) ->
     assert code == 2 and "--after" in err
 
 
+# A recall that waits for a core on a busy machine is answered late rather than dropped: this is about
+# writers and readers side by side, not the budget (tests/test_recall_budget.py).
+@pytest.mark.parametrize("service", [{"recallBudgetMs": 60_000}], indirect=True)
 def test_mixed_load_of_recalls_retains_forgets_and_hand_edits_answers_without_errors(service: Service) -> None:
     """Recalls search through read connections while retains, forgets, the background indexer and a person
     editing notes write: every request answers, and what was written is found right after."""

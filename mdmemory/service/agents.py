@@ -1,4 +1,5 @@
-"""The agents one service process serves: each with its ``Memory`` and ``SessionLog``, opened on first use.
+"""The agents one service process serves: each with its ``Memory`` and ``SessionLog`` (an ``Agent``,
+mdmemory.service.openagent), opened when the service starts (mdmemory.service.startup) or on first use.
 
 Every configured agent is served (only those ``serve --agent`` names, with it); an unknown id is refused
 (``UnknownAgent``) unless ``service.autoAgents``, which creates ``{home}/agents/{id}/`` from the workspace
@@ -35,7 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
 from mdmemory.service.drain import Drainer
 from mdmemory.service.pods import Pods, split_id
+from mdmemory.service.openagent import Agent
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
@@ -70,32 +72,6 @@ class AgentUnavailable(MdMemoryError):
 
 class AgentsBusy(AgentUnavailable):
     """Every open agent is in use, so no other may be opened now (HTTP 503)."""
-
-
-@dataclass
-class Agent:
-    config: AgentConfig
-    memory: Memory
-    log: SessionLog | RemoteLog  # LocalLog (a SessionLog) for an agent in the shared store whose files are here
-    lock: threading.Lock  # around the writes of ``memory``: sync, forget, catching up
-    readers: Readers  # what recalls search with, side by side
-    dirty: bool = field(default=False)
-    drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
-    users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
-
-    def catch_up(self) -> None:
-        """Bring the index up to date with the files before a recall: at once after a retain or forget
-        through the service (``Memory.changed``), else at most every ``CATCH_UP_SECONDS`` and only when no
-        sync is running already (the one that is catches up)."""
-        mem = self.memory
-        if mem.change_announced:
-            with self.lock:
-                mem.catch_up()
-        elif mem.catch_up_due() and self.lock.acquire(blocking=False):
-            try:
-                mem.catch_up()
-            finally:
-                self.lock.release()
 
 
 def with_sessions(agent: AgentConfig) -> AgentConfig:
@@ -132,6 +108,7 @@ class Agents:
         self._opening = threading.Lock()  # around making an agent's provider choice
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
         self.closed_idle = 0  # agents closed to make room since start
+        self._threads: int | None = None  # ``limit_threads``: also for providers made later
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
         self.pods = Pods(config, self.config_of)
 
@@ -256,6 +233,16 @@ class Agents:
             if opened is not None:
                 return opened.memory.current_choice
             return self._choices.get(provider_key(config)) if config is not None else None
+
+    def limit_threads(self, threads: int) -> None:
+        """Every provider of this process computes on at most ``threads`` threads from now on (its
+        indexing shares the machine with the recall workers)."""
+        with self._lock:
+            self._threads = threads
+            choices = list(self._choices.values())
+        for choice in choices:
+            if choice is not None and choice.provider is not None:
+                choice.provider.limit_threads(threads)
 
     def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
         if self.served is not None and agent_id not in self.served:
@@ -386,6 +373,10 @@ class Agents:
         with self._opening:  # two agents with the same settings opened at once must not load two models
             memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
             memory.catch_up_interval = CATCH_UP_SECONDS
+            memory.catch_up_budgeted = True  # text only, within the recall's budget: vectors follow
+            memory.background = "owner"  # the background indexer (mdmemory.service.server) embeds them
+            if key not in self._choices and self._threads is not None and memory.choice.provider is not None:
+                memory.choice.provider.limit_threads(self._threads)
             self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
@@ -397,6 +388,8 @@ class Agents:
                 with contextlib.suppress(MdMemoryError, OSError):
                     agent.memory.sync()  # its retains indexed before it closes (else: at its next open)
             agent.readers.close()
+            if agent.embedder is not None:
+                agent.embedder.close(provider=False)
             agent.memory.close(provider=agent.memory.current_choice is not shared)
 
     def close(self) -> None:

@@ -24,7 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mdmemory.errors import EmbeddingsPending, InvalidArgumentError, MdMemoryError
+from mdmemory.errors import InvalidArgumentError, MdMemoryError
+from mdmemory.providers import deadline
 from mdmemory.service import contract
 from mdmemory.service.agents import Agent, Agents, AgentsBusy, UnknownAgent
 from mdmemory.service.auth import Auth
@@ -32,15 +33,22 @@ from mdmemory.service.bodies import Bodies
 from mdmemory.service.budget import Budget, open_fds
 from mdmemory.service.edge import EdgeRules, HttpError, error
 from mdmemory.service.pods import PodRefused
-from mdmemory.service.recall import recall
-from mdmemory.service.recallpool import RecallPool
+from mdmemory.service.recall import recall_answer
+from mdmemory.service.recallpool import NoWorkerInTime, RecallPool
 from mdmemory.service.retained import Prepared, prepare
+from mdmemory.service.startup import Starting, Startup
 from mdmemory.service.telemetry import Telemetry, recall_sizes
+from mdmemory.service.timebox import CATCH_UP_SHARE, EMBED_SHARE, START_SHARE, Dropped, Timebox, race_client
 
 if TYPE_CHECKING:
     from mdmemory.service.protocol import Connections
 
 WORKER_BODY_BYTES = 256 * 1024  # a recall body past this goes to a worker with only the messages it reads
+# A retain answers once its turn's text is indexed (waiting at most RETAIN_TEXT_SECONDS for that) and its
+# vectors are in, or at RETAIN_SECONDS, whichever comes first: within the proxy's retain budget (cllama: 2 s).
+RETAIN_TEXT_SECONDS = 0.5
+RETAIN_SECONDS = 1.0
+
 DESCRIPTOR: dict[str, Any] = {
     "version": 2,
     "description": "mdmemory: Markdown memory with hybrid search and context packs (recall, retain, forget)",
@@ -57,12 +65,17 @@ def build_app(
     *,
     connections: Connections | None = None,
     budget: Budget | None = None,
+    startup: Startup | None = None,
+    wake: Callable[[], None] | None = None,
 ) -> Starlette:
     """The routes; with ``pool``, recalls are answered by its worker processes (in-process when none can).
-    ``connections`` and ``budget`` are what ``/healthz`` reports on."""
+    ``connections`` and ``budget`` are what ``/healthz`` reports on; with ``startup``, recalls wait for it
+    to be ready (mdmemory.service.startup); with ``wake`` (the background indexer's), a retain waits a
+    little for its turn's vectors (mdmemory.service.vectorwait)."""
     tel = telemetry or Telemetry()
     svc = agents.config.service
     bodies = Bodies(svc.max_body_bytes, svc.body_timeout_ms / 1000 / 3)
+    recall_budget = svc.recall_budget_ms / 1000
     refused = (
         "missing or wrong bearer token. Fix: send Authorization: Bearer <token>, the token being MEMORY_API_TOKEN "
         "or service.token, else the one in state/service-token under the mdmemory home (the service's start "
@@ -87,6 +100,7 @@ def build_app(
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             start = time.perf_counter()
+            request.state.started = time.monotonic()  # a recall's budget counts from here (timebox)
             agent_id, pod = "-", None
             try:
                 if not auth.allows(request.headers.get("authorization")):
@@ -97,13 +111,15 @@ def build_app(
                     response, info = await handler(request, body)
             except Exception as exc:
                 response, info = _failure(op, exc, tel), {}
-                if response.status_code == 503 and agent_id != "-" and not isinstance(exc, AgentsBusy):
+                if isinstance(exc, Dropped):  # not computed: telemetry says why (timed_out, abandoned)
+                    info = {"status": exc.outcome}
+                elif response.status_code == 503 and agent_id != "-" and not isinstance(exc, (AgentsBusy, Starting)):
                     agents.failed(agent_id, exc)  # /healthz says so until a request for it succeeds
             ok = response.status_code < 300
             if ok:
                 agents.succeeded(agent_id)
             ms = (time.perf_counter() - start) * 1000
-            status = "succeeded" if ok else "failed"
+            status = info.pop("status", None) or ("succeeded" if ok else "failed")
             tel.op(agent_id, op, status, ms, http_status=response.status_code, pod=pod, **info)
             return response
 
@@ -112,27 +128,43 @@ def build_app(
     async def do_recall(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         contract.check_metadata(body)
         contract.check_recall(body)
+        if startup is not None:
+            startup.check()
+        box = Timebox(request.state.started, recall_budget)
         async with using(body["agent_id"], body.get("pod") or None) as agent:
             raw = worker_body(request.state.raw, body) if pool is not None else None
-            if pool is not None and raw is not None:
-                if agent.memory.catch_up_due():  # else nothing to do: no thread hop
-                    await run_in_threadpool(agent.catch_up)
-                answered = await pool.recall(agent.config.id, raw)
-                if answered is not None:
-                    header, payload = answered
-                    if header["status"] != 200:
-                        raise HttpError(header["status"], str(header.get("error") or "recall failed"))
-                    info = recall_sizes(json.loads(payload)["memories"])
-                    return Response(payload, media_type="application/json"), info
+            return await race_client(request, answer_recall(agent, body, raw, box), box)
 
-            def run() -> dict[str, Any]:
-                agent.catch_up()
-                with agent.readers.reader() as reader:
-                    return recall(reader, body)
+    async def answer_recall(
+        agent: Agent, body: dict[str, Any], raw: bytes | None, box: Timebox
+    ) -> tuple[Response, dict[str, Any]]:
+        """Within ``box`` (mdmemory.service.timebox): catch up, then a worker answers, else this process."""
+        if agent.memory.catch_up_due():  # else nothing to do: no thread hop
+            await run_in_threadpool(agent.catch_up, box.at(CATCH_UP_SHARE))
+        box.check()
+        busy = False  # every worker stayed busy: this process answers, by keywords alone
+        if pool is not None and raw is not None:  # None: a body the service's process answers itself
+            try:
+                answered = await pool.recall(agent.config.id, raw, box.at(START_SHARE), box.at(EMBED_SHARE))
+            except NoWorkerInTime:
+                answered, busy = None, True
+            if answered is not None:
+                header, payload = answered
+                if header["status"] != 200:
+                    raise HttpError(header["status"], str(header.get("error") or "recall failed"))
+                info = {**recall_sizes(json.loads(payload)["memories"]), "result": header.get("mode")}
+                return Response(payload, media_type="application/json"), info
 
-            result = await run_in_threadpool(run)
+        def run() -> tuple[dict[str, Any], str]:
+            box.check()
+            with agent.readers.reader() as reader:
+                box.check()  # (waited for a read connection)
+                with deadline.until(time.monotonic() if busy else box.at(EMBED_SHARE)):
+                    return recall_answer(reader, body)
+
+        result, mode = await run_in_threadpool(run)
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
-        return Response(payload, media_type="application/json"), recall_sizes(result["memories"])
+        return Response(payload, media_type="application/json"), {**recall_sizes(result["memories"]), "result": mode}
 
     async def do_retain(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
         meta = contract.check_metadata(body)
@@ -145,8 +177,17 @@ def build_app(
 
             status, size = await run_in_threadpool(run)
             if status == "retained":
-                agent.dirty = True
+                agent.dirty = True  # its vectors: the background indexer
                 agent.memory.changed()
+                ticket = agent.vectors.take()  # after changed(): a pass that counts it also indexes its text
+                # its text indexed before the answer, so that the next recall finds it by keywords at once
+                # (else, when the agent's lock stays taken, that recall's catch-up or the indexer does it)
+                started = request.state.started
+                with contextlib.suppress(MdMemoryError, OSError):  # the block is durable: answer 202 anyway
+                    await run_in_threadpool(agent.catch_up, started + RETAIN_TEXT_SECONDS)
+                if wake is not None:  # and its vectors, if they come in time (a paraphrase finds it then)
+                    wake()
+                    await agent.vectors.wait(ticket, started + RETAIN_SECONDS - time.monotonic())
             limit = agent.config.memory_search.max_file_bytes
         answer = retain_answer(status, prepared)
         notes = list(prepared.notes)
@@ -166,11 +207,9 @@ def build_app(
             def run() -> int:
                 removed, changed = agent.log.forget(ids, body.get("reason"))
                 agent.memory.changed()
-                with agent.lock:
-                    try:
-                        agent.memory.sync()  # before answering: no search, pack or recall returns them from now on
-                    except EmbeddingsPending:
-                        pass  # the text index is in sync (the forgotten chunks are gone); only vectors of others wait
+                with agent.lock:  # before answering: no search, pack or recall returns them from now on
+                    agent.memory.sync(embed=False)  # the text; the vectors of what else changed follow
+                agent.dirty = True
                 return removed
 
             removed = await run_in_threadpool(run)
@@ -184,12 +223,17 @@ def build_app(
         are refused for want of resources (see ``health_problems``)."""
         problems = await run_in_threadpool(health_problems, agents, connections, budget)
         body: dict[str, Any] = {"ok": not problems, "agents": agents.ids(), "recallWorkers": pool.alive if pool else 0}
+        if startup is not None:
+            body["ready"] = startup.ready.is_set()
+            if not body["ready"]:  # not ok yet, though nothing is wrong: problems says what is
+                body["ok"] = False
+                body["starting"] = startup.state()
         body["openAgents"] = len(agents.opened())
         if connections is not None:
             body["connections"] = connections.open
         if problems:
             body["degraded"] = problems
-        return JSONResponse(body, status_code=503 if problems else 200)
+        return JSONResponse(body, status_code=200 if body["ok"] else 503)
 
     async def status(request: Request) -> Response:
         if not auth.allows(request.headers.get("authorization")):

@@ -84,8 +84,15 @@ def recall_info(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def recall(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:
+    return recall_answer(memory, body)[0]
+
+
+def recall_answer(memory: Memory, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``recall``, and how its search answered: ``hybrid`` or ``vector``; ``keyword`` when the query could not
+    be embedded in time (the deadline in force, ``deadline.until``) or there is no provider; ``empty`` for
+    a body without a user message."""
     query = recall_query(body)
     if not query.strip():
-        return {"memories": []}
+        return {"memories": []}, "empty"
     pack = memory.pack(query, budget_tokens=RECALL_BUDGET_TOKENS, max_items=MAX_RECALL_BLOCKS)
-    return {"memories": memories_of(pack)}
+    return {"memories": memories_of(pack)}, str(pack.get("mode") or "keyword")

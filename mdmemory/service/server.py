@@ -1,8 +1,10 @@
 """``mdmemory serve``: the app on uvicorn within its limits, and a background indexer for retained turns.
 
+The port is bound at once; recalls are answered once every agent is open (mdmemory.service.startup).
 uvicorn handles SIGTERM and SIGINT: it stops accepting connections and lets in-flight requests finish
 (up to ``DRAIN_SECONDS``) before the agents' indexes are closed. A retain answers after its block is
-durable; the index follows within about a second (``INDEX_EVERY_SECONDS``), and any search catches up first.
+durable and its text indexed; its vectors follow within about a second (``INDEX_EVERY_SECONDS``), on the
+background indexer's own connection, and until then recalls find the turn by its keywords.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
+from mdmemory.service.startup import Startup
 from mdmemory.service.telemetry import Telemetry
+from mdmemory.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
 
 DRAIN_SECONDS = 30
 INDEX_EVERY_SECONDS = 1.0
@@ -34,24 +38,38 @@ KEEP_ALIVE_SECONDS = 5  # an idle connection between requests is closed after th
 
 
 class BackgroundIndexer:
-    """Syncs the index of every agent that retained something since the last pass."""
+    """Indexes what the requests left to the background, for every open agent: the text of files a recall's
+    catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. A failing
+    pass (the provider is down) is retried after ``FIRST_RETRY_SECONDS``, doubling up to ``MAX_RETRY_SECONDS``."""
 
     def __init__(self, agents: Agents, telemetry: Telemetry) -> None:
         self.agents = agents
         self.telemetry = telemetry
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mdmemory-service-index", daemon=True)
+        self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
+        self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Make a pass now (a retain waits for its vectors), not at the next ``INDEX_EVERY_SECONDS``."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(60)
 
     def _run(self) -> None:
-        while not self._stop.wait(INDEX_EVERY_SECONDS):
+        while True:
+            self._wake.wait(INDEX_EVERY_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             for agent_id in self.agents.opened():
                 agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
                 if agent is None:
@@ -64,16 +82,30 @@ class BackgroundIndexer:
     def _pass(self, agent: Agent) -> None:
         if agent.drainer is not None and not self._stop.is_set():
             self._drain(agent)
-        if not agent.dirty or self._stop.is_set():
+        now = time.monotonic()
+        if self._stop.is_set() or now < self._retry_at.get(agent.config.id, 0.0):
+            return
+        upto = agent.vectors.issued  # the retains this pass covers (each announced its change before)
+        try:
+            due = agent.dirty or agent.memory.change_announced or agent.vectors_waiting()
+        except (MdMemoryError, OSError):
+            due = True  # its index cannot be read: the pass below says so
+        if not due:
+            agent.vectors.finished(upto)  # all indexed and embedded
             return
         agent.dirty = False
         start = time.perf_counter()
         try:
-            with agent.lock:
-                agent.memory.sync()
+            agent.catch_up()  # text the requests' catch-ups left (they are bounded by a recall's budget)
+            if agent.index_vectors() == 0:
+                agent.vectors.finished(upto)  # retains waiting for them answer now
             status = "succeeded"
+            self._failures.pop(agent.config.id, None)
         except (MdMemoryError, OSError):
-            status = "failed"  # status shows it (lastError); the next retain or search tries again
+            status = "failed"  # status shows it (lastError); tried again after a pause
+            failures = self._failures[agent.config.id] = self._failures.get(agent.config.id, 0) + 1
+            pause = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+            self._retry_at[agent.config.id] = now + pause
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
     def _drain(self, agent: Agent) -> None:
@@ -126,7 +158,7 @@ def serve(
     svc = config.service
     caps = budget.plan(
         budget.raise_fd_limit(),
-        readers=reader_count(),
+        readers=reader_count() + 1,  # and the background indexer's connection (``Agent.index_vectors``)
         sockets=len(_configured(config, served)) if fingerprint is not None else 0,
         workers=size,
         max_open_agents=svc.max_open_agents,
@@ -137,10 +169,18 @@ def serve(
     agents = Agents(config, env, max_open=caps.max_open_agents, served=served)
     indexer = BackgroundIndexer(agents, telemetry)
     pool = RecallPool(config, size)
-    if pool.size:
-        pool.start()  # before the first request: each worker imports and reads the configuration once
+    startup = Startup(agents, pool, indexer.start)  # opens every agent, starts the workers, then is ready
     connections = Connections(caps.max_connections)
-    app = build_app(agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps)
+    app = build_app(
+        agents,
+        who,
+        telemetry,
+        pool if pool.size else None,
+        connections=connections,
+        budget=caps,
+        startup=startup,
+        wake=indexer.wake,
+    )
     limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
     protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
@@ -167,10 +207,11 @@ def serve(
         mine = _configured(config, served)
         sockets = IpcServer(config, fingerprint, mine, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
-    indexer.start()
+    startup.start()  # the port is bound at once (below); recalls are answered once it is done
     try:
         server.run()
     finally:
+        startup.stop()
         if sockets is not None:
             sockets.stop()
         indexer.stop()
