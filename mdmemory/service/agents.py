@@ -45,8 +45,8 @@ from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
 from mdmemory.service.drain import Drainer
-from mdmemory.service.pods import Pods, split_id
 from mdmemory.service.openagent import Agent
+from mdmemory.service.pods import Pods, split_id
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
