@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -346,10 +347,15 @@ def test_serve_agent_serves_only_that_agent_and_says_where_it_listens(tmp_path: 
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log", args=["--agent", "ops"])
     svc.start()
     try:
-        start = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmemory serve:")]
+        start = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmemory serve: listening")]
         assert start == [start[0]] and start[0].startswith(
             f"mdmemory serve: listening on http://127.0.0.1:{svc.port} (agents: ops; token from MEMORY_API_TOKEN)"
         )
+        deadline = time.monotonic() + 30
+        while "mdmemory serve: ready" not in svc.log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ready = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmemory serve: ready")]
+        assert len(ready) == 1 and "ready: 1 agent opened" in ready[0], ready  # main is not served: not opened
         assert TOKEN not in svc.log.read_text()
         assert svc.call("GET", "/healthz").body["agents"] == ["ops"]
         refused = svc.call("POST", "/recall", raw=turn("main", [user("hello")], "").recall)

@@ -75,13 +75,13 @@ class WorkerAgents:
         self._choices: dict[str, Any] = {}
         self.max_open = config.service.max_open_agents or DEFAULT_MAX_OPEN
 
-    def warm(self) -> None:
+    def warm(self, ids: list[str]) -> None:
         """Open the agents the service opened at its start and answer one recall for each (errors are the
         service's to report: it opened them first)."""
         from mdmemory.service.recall import recall
-        from mdmemory.service.startup import startup_ids, warm_body
+        from mdmemory.service.startup import warm_body
 
-        for agent_id in startup_ids(self.config, self.max_open):
+        for agent_id in ids[: self.max_open]:
             try:
                 recall(self.memory(agent_id), warm_body(agent_id))
             except Exception:  # noqa: BLE001, S112 - a real recall for it reports the problem
@@ -155,9 +155,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the whole group: the service drains
     sock = socket.socket(fileno=int(argv[0]))
     try:
-        config = pickle.loads(read_frame(sock))
+        config, warm = pickle.loads(read_frame(sock))
         agents = WorkerAgents(config)
-        agents.warm()
+        agents.warm(warm)
         write_frame(sock, reply(200, str(os.getpid()).encode()))  # ready
         try:
             while True:

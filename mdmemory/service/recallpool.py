@@ -25,6 +25,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from mdmemory.service.recall_worker import HEADER, read_frame, write_frame
@@ -97,8 +98,9 @@ class Worker:
             self.proc.wait()
 
 
-def spawn(config: Any) -> Worker:
-    """Start one worker and wait until it has loaded the configuration. Raises OSError when it cannot."""
+def spawn(config: Any, warm: Sequence[str] = ()) -> Worker:
+    """Start one worker and wait until it has loaded the configuration and answered one recall for each agent
+    of ``warm``. Raises OSError when it cannot."""
     parent, child = socket.socketpair()
     try:
         cmd = [sys.executable, "-m", "mdmemory.service.recall_worker", str(child.fileno())]
@@ -111,7 +113,7 @@ def spawn(config: Any) -> Worker:
     worker = Worker(proc, parent)
     try:
         parent.settimeout(START_SECONDS)
-        write_frame(parent, pickle.dumps(config))
+        write_frame(parent, pickle.dumps((config, list(warm))))
         head, _, _ = read_frame(parent).partition(b"\n")
         if json.loads(head).get("status") != 200:
             raise OSError("the recall worker did not start")
@@ -128,6 +130,7 @@ class RecallPool:
     def __init__(self, config: Any, size: int) -> None:
         self.config = config
         self.size = size
+        self.warm: list[str] = []  # the agents each worker opens and queries once before it is ready
         self._workers: list[Worker] = []  # alive, idle or busy
         self._idle: asyncio.Queue[Worker] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -237,7 +240,7 @@ class RecallPool:
     def _add(self) -> bool:
         """Start one worker and put it in the pool; False when it did not start (the error is logged)."""
         try:
-            worker = spawn(self.config)
+            worker = spawn(self.config, self.warm)
         except OSError as exc:
             print(json.dumps({"type": "memory_error", "memory_op": "recall", "error": str(exc)}), file=sys.stderr)
             return False

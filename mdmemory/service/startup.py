@@ -51,9 +51,10 @@ def warm_body(agent_id: str) -> dict[str, Any]:
     return {"agent_id": agent_id, "messages": [{"role": "user", "content": WARM_QUERY}], "metadata": {}}
 
 
-def startup_ids(config: Config, max_open: int) -> list[str]:
+def startup_ids(config: Config, max_open: int, served: frozenset[str] | None = None) -> list[str]:
     """The agents a start opens: every configured one, then the ``service.autoAgents`` agents that exist
-    under ``{home}/agents/`` (most recently used first), at most ``max_open`` in all."""
+    under ``{home}/agents/`` (most recently used first), at most ``max_open`` in all; with ``served``
+    (``serve --agent``) only those of them it names."""
     ids = [a.id for a in config.agents]
     if config.service.auto_agents:
         found: list[tuple[float, str]] = []
@@ -63,7 +64,13 @@ def startup_ids(config: Config, max_open: int) -> list[str]:
                     if path.is_dir() and path.name not in ids and check_agent_id(path.name):
                         found.append((_last_used(path), path.name))
         ids += [name for _, name in sorted(found, reverse=True)]
+    if served is not None:
+        ids = [agent_id for agent_id in ids if agent_id in served]
     return ids[:max_open]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _last_used(workspace: Path) -> float:
@@ -78,7 +85,7 @@ class Startup:
         self.agents = agents
         self.pool = pool
         self.then = then
-        self.ids = startup_ids(agents.config, agents.max_open)
+        self.ids = startup_ids(agents.config, agents.max_open, agents.served)
         self.opened = 0
         self.ready = threading.Event()
         self._started = time.monotonic()
@@ -125,6 +132,7 @@ class Startup:
         if self._stop.is_set():
             return
         if self.pool.size:
+            self.pool.warm = list(self.ids)
             self.pool.start()  # each worker opens the agents and answers a query for each before it is ready
         if not self.pool.alive:
             self._warm_here()
@@ -134,8 +142,8 @@ class Startup:
         self._took = time.monotonic() - self._started
         self.ready.set()
         print(
-            f"mdmemory serve: ready: {self.opened} agents opened and queried once, {self.pool.alive} recall "
-            f"workers, in {self._took:.1f} s",
+            f"mdmemory serve: ready: {_count(self.opened, 'agent')} opened and queried once, "
+            f"{_count(self.pool.alive, 'recall worker')}, in {self._took:.1f} s",
             file=sys.stderr,
             flush=True,
         )
