@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory import worker
 from mdmemory.errors import EmbeddingsPending, LockError, MdMemoryError, ProviderError, StoreError, WorkspaceError
+from mdmemory.providers import deadline
 from mdmemory.store.health import read_health
 from mdmemory.watchstate import read_watch_state
 
@@ -58,10 +59,12 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
     changed = mem.indexer.changed_files()
     if changed:
         small = len(changed) <= SMALL_CHANGE_FILES and sum(n for _, _, n in changed) <= SMALL_CHANGE_BYTES
-        embed = small and not _failing(mem)  # while the provider fails, a search does not wait for it again
+        # while the provider fails, a search does not wait for it again; a caller with a time budget never does
+        embed = small and not mem.catch_up_budgeted and not _failing(mem)
         try:
-            report = mem._sync(wait=0, embed=embed, budget=None if small else SEARCH_BUDGET_SECONDS).to_dict()
+            report = mem._sync(wait=0, embed=embed, budget=_text_budget(mem, small)).to_dict()
         except LockError:
+            mem.changed()  # not caught up: the next search tries again (else not before ``catch_up_interval``)
             return True, [f"another process{_busy(mem)} is indexing; results may be a few seconds old"]
         except EmbeddingsPending as exc:
             report = exc.report  # the text is indexed; the note below says what is not embedded
@@ -73,10 +76,22 @@ def before_search(mem: Memory) -> tuple[bool, list[str]]:
             return True, [f"changed files could not be indexed; results may be stale: {exc}"]
         notes.extend(f"{e['path']}: {e['error']}" for e in report.get("errors", []))
     deferred = int(report.get("deferred", 0))
+    if deferred:
+        mem.changed()  # files left for later: the next search goes on with them
     pending = mem.store.pending_count()
     if deferred or pending:
         notes.append(_leftover_note(mem, deferred, pending))
     return bool(deferred), notes
+
+
+def _text_budget(mem: Memory, small: bool) -> float | None:
+    """Seconds the text of the changed files may take: a small change all it needs, a larger one
+    ``SEARCH_BUDGET_SECONDS``; for a budgeted caller never past the deadline in force."""
+    budget = None if small else SEARCH_BUDGET_SECONDS
+    left = deadline.time_left() if mem.catch_up_budgeted else None
+    if left is None:
+        return budget
+    return max(0.0, left if budget is None else min(budget, left))
 
 
 def _entries(mem: Memory) -> tuple[bool, list[str]]:
@@ -114,6 +129,8 @@ def _leftover_note(mem: Memory, deferred: int, pending: int) -> str:
 
 def start(mem: Memory, purpose: str) -> str:
     """Make sure someone does the background work (a sync, or a rebuild); returns who, for a warning."""
+    if purpose == "index" and mem.background == "owner":
+        return "the background indexer of this process (within about a second)"
     watch = read_watch_state(mem.agent)
     if watch.get("running"):
         pid = watch.get("pid")

@@ -19,7 +19,12 @@ EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
 def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser("serve", parents=[common], help="run the memory-plane HTTP service (recall/retain/forget)")
+    p = sub.add_parser("serve", help="run the memory-plane HTTP service (recall/retain/forget)")
+    p.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
+    p.add_argument(
+        "--agent", action="append", default=[], help="serve only this agent; repeat for several (default: all)"
+    )
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # accepted as every command does
     p.add_argument("--host", default=None, help="default: service.host (127.0.0.1)")
     p.add_argument("--port", type=int, default=None, help="default: service.port (8080)")
     p.add_argument(
@@ -39,6 +44,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--after", help="only entries after this RFC 3339 time")
     p.add_argument("--limit", type=int, help="at most this many entries")
     p.add_argument("--url", help="POST to a running service instead of writing locally")
+    p.add_argument("--pod", help="the pod whose proxy wrote the ledgers (as cllama sends its metadata.json pod)")
     p.add_argument(
         "--token", help="bearer token for --url (default: $MEMORY_API_TOKEN, else the token the service generated)"
     )
@@ -67,7 +73,14 @@ def serve_main(args: argparse.Namespace) -> int:
         config, fingerprint = load_pinned(args.config)
         if args.recall_workers is not None and not 0 <= args.recall_workers <= 64:
             raise ConfigError(f"--recall-workers must be 0-64, got {args.recall_workers}")
-        serve(config, args.host, args.port, fingerprint=fingerprint, recall_workers=args.recall_workers)
+        serve(
+            config,
+            args.host,
+            args.port,
+            fingerprint=fingerprint,
+            recall_workers=args.recall_workers,
+            only=list(dict.fromkeys(args.agent)),
+        )
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE)
     except MdMemoryError as exc:
@@ -84,23 +97,25 @@ def backfill_main(args: argparse.Namespace) -> int:
     from mdmemory.service import backfill as bf
     from mdmemory.service.agents import Agents, with_sessions
     from mdmemory.service.auth import TOKEN_ENV, stored_token
+    from mdmemory.service.contract import check_pod
     from mdmemory.service.sessionlog import SessionLog
 
     try:
         if args.limit is not None and args.limit < 1:
             raise InvalidArgumentError("--limit: expected a positive number of entries")
         after = bf.parse_time(args.after) if args.after else None
+        check_pod(args.pod, "--pod")
         paths = [Path(p) for p in args.ledgers]
         if args.url:
             token = args.token or os.environ.get(TOKEN_ENV) or stored_token(load_config(args.config).home)
-            retain = bf.http_retain(args.url, token)
+            retain = bf.http_retain(args.url, token, pod=args.pod)
         else:
             agents = Agents(load_config(args.config))
             logs: dict[str, SessionLog] = {}
 
             def retain(agent_id: str, entry: dict[str, Any]) -> str:
-                if agent_id not in logs:
-                    logs[agent_id] = SessionLog(with_sessions(agents.config_of(agent_id)))
+                if agent_id not in logs:  # the agent that answers agent_id from --pod (mdmemory.service.pods)
+                    logs[agent_id] = SessionLog(with_sessions(agents.config_of(agents.pods.key(agent_id, args.pod))))
                 return logs[agent_id].retain(entry)[0]
 
         files = bf.ledger_files(paths) if all(p.is_file() for p in paths) else []

@@ -33,6 +33,7 @@ from mdmemory import configpath, json5read
 from mdmemory.configrules import (
     AGENT_ID,
     AGENT_RANGES,
+    POD,
     REMOTE_ENV,
     RUNTIME_COMPACTION_KEYS,
     SERVICE_RANGES,
@@ -251,6 +252,23 @@ def _agent(
     )
 
 
+def _pod(ld: Loader, entry: Entry, key: str, service: ServiceConfig) -> str | None:
+    """``agents.list[i].pod``: a pod name (what a request's ``pod`` must be) or ``"*"`` (every pod)."""
+    pod = entry.pod
+    if pod is None:
+        return None
+    if pod != "*" and (not POD.fullmatch(pod) or pod in (".", "..")):
+        expected = 'a pod name of 1-64 letters, digits, ".", "_" or "-" (not "." or ".."), or "*" for every pod'
+        raise ld.bad(f"{key}.pod", pod, expected, "write the pod's name as the proxy sends it (metadata.json's pod)")
+    if service.pod_scope == "off":
+        raise ld.error(
+            f"{key}.pod",
+            f'{pod!r} would have no effect: service.podScope is "off", so requests are served whatever their pod. '
+            'Fix: remove the pod, or set service.podScope to "bind" (the default) or "namespace".',
+        )
+    return pod
+
+
 def _openclaw_memory(ld: Loader, root: dict[str, Any]) -> dict[str, Any]:
     """OpenClaw's top-level ``memory.citations`` as a memorySearch layer under ``agents.defaults``' own.
 
@@ -328,7 +346,7 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
         layers = [base_layer, (ms_key, ld.section(MemorySearchConfig, raw.get("memorySearch", {}), ms_key))]
         ws = _absolute(entry.workspace, base, env) if entry.workspace is not None else workspace
         agent_layers = [agent_base, (key, _agent_layer(ld, raw, key))]
-        agent = _agent(ld, layers, agent_layers, entry, ws, home, env)
+        agent = replace(_agent(ld, layers, agent_layers, entry, ws, home, env), pod=_pod(ld, entry, key, service))
         clash = store_path_clash(agent.memory_search.store.path, str(home), agent.id)
         if clash is not None:
             store_key = origin(layers, "store.path") + ".store.path"

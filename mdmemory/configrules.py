@@ -85,7 +85,9 @@ REMOTE_ENV = "MDMEMORY_REMOTE_AGENTS"
 SERVICE_RANGES: dict[str, Range] = {
     "port": Range(0, 65535),
     "maxBodyBytes": Range(1024, 1 << 30),
+    "maxMessageChars": Range(1000, 1 << 26),
     "recallWorkers": Range(0, 64),
+    "recallBudgetMs": Range(10, 600_000),
     "maxOpenAgents": Range(1, 100_000),
     "maxConnections": Range(1, 1_000_000),
     "maxHeaderBytes": Range(1024, 1 << 20),
@@ -98,6 +100,7 @@ RUNTIME_COMPACTION_KEYS = frozenset(
 )
 _UNION_FIELDS = frozenset({"extra_paths"})  # lists merged as a de-duplicated union instead of replaced
 AGENT_ID = re.compile(r"[A-Za-z0-9_-]+")
+POD = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a pod name, as the service takes one: an agent id's rule
 TOKEN = re.compile(r"\{(\w*)\}")
 _MISMATCH = object()
 _INT64 = 2**63 - 1

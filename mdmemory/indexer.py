@@ -157,6 +157,22 @@ class Indexer:
             self._record(report)
         return report
 
+    def embed_waiting(self) -> SyncReport:
+        """Phase 2 alone: embed the chunks that earlier text-only syncs (``embed=False``) left pending. It takes
+        no writer lock, so text syncs on other connections go on meanwhile (a service indexes a retained turn's
+        text at once and its vectors here, in the background)."""
+        started = time.monotonic()
+        report = SyncReport()
+        self.store.refresh()
+        self.embed_pending(report)
+        self.store.settle()
+        report.pending = self.store.pending_count()
+        report.seconds = round(time.monotonic() - started, 3)
+        identity = self.store.get_meta("identity")
+        if identity is not None and identity.get("dims") is None and self.store.vec_dims() is not None:
+            self.store.set_meta("identity", {**identity, "dims": self.store.vec_dims()})  # as ``_record``
+        return report
+
     def embed_pending(self, report: SyncReport, embed: bool = True) -> None:
         """A sync's second phase, outside the writer lock: embed the chunks that wait (unless ``embed`` is
         False), then let the embedder drop what it kept for this sync."""

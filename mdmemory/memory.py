@@ -37,7 +37,9 @@ if TYPE_CHECKING:
 class Memory(IndexSync):
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
 
-    background = "thread"  # work a search leaves behind: "thread" (long-lived processes) or "worker" (CLI)
+    # work a search leaves behind: "thread" (long-lived processes), "worker" (CLI), or "owner": the object's
+    # owner embeds what waits itself (the service's indexer), only a rebuild gets a thread
+    background = "thread"
 
     def __init__(
         self,
@@ -73,6 +75,10 @@ class Memory(IndexSync):
         self._changes = 0  # bumped by changed(): a catch-up that began before a write does not cover it
         self._caught_up: tuple[float, int, tuple[bool, list[str]]] | None = None
         self.catches_up = True  # False for a second reader of an index another object keeps up to date
+        # True for a caller answering within a time budget (the service): a catch-up before a search then
+        # indexes text only (new chunks are found by keywords at once), stops at the deadline in force
+        # (``deadline.until``), and leaves what it did not reach, and every vector, to the background
+        self.catch_up_budgeted = False
         self.entries_seen: tuple[int, int] | None = None  # the EntryLog version this replica last indexed
 
     @classmethod

@@ -10,9 +10,11 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
   vector covering it with the IDF-weighted share of the query's terms it holds), plus ``CONTEXT_LINES`` (1)
   content line on each side. A chunk with no line-level signal, or too few lines to trim, stays whole.
   The text of an item is exactly lines ``startLine..endLine`` of the file, except that secrets are
-  replaced by ``[REDACTED:<kind>]`` (mdmemory.redaction; the files and the index keep them). When the section's heading
-  line (the nearest Markdown heading above) is outside the range it is kept beside the item (``heading``,
-  ``headingLine``) and printed above it in the bundle.
+  replaced by ``[REDACTED:<kind>]`` (mdmemory.redaction; the files and the index keep them), and that a
+  session day file's retained turns show without their ids, markers and escapes (mdmemory.sessionview).
+  When the section's heading line (the nearest Markdown heading above) is outside the range it is kept
+  beside the item (``heading``, ``headingLine``) and printed above it in the bundle (never a retained
+  turn's heading: it holds the entry id).
 - **Selection.** Greedy in ranking order under ``budget_tokens``: a candidate whose range overlaps or
   touches an included item of the same file is merged into it (``merged_into``) or, when inside it
   already, dropped (``duplicate_of``); one whose words are nearly those of an included item (the same
@@ -36,6 +38,7 @@ from mdmemory.query import WORD, contains_all_terms, fold, query_terms
 from mdmemory.redaction import redact
 from mdmemory.scoring import log_date, low_confidence_picks
 from mdmemory.search import Hit
+from mdmemory.sessionview import inside_block, is_day_file, prompt_text
 from mdmemory.tokens import TokenCounter, estimate_tokens
 from mdmemory.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 
@@ -301,11 +304,15 @@ def _widen(
 def _item(path: str, source: str, f: FileLines, lo: int, hi: int, score: float, low: bool = False) -> PackItem:
     head = None if f.is_heading(lo) else f.heading_above(lo)
     when = log_date(path)
+    text = f.redacted_text(lo, hi)
+    if is_day_file(path, source):  # retained turns without their ids and markers (mdmemory.sessionview)
+        inside = inside_block((f.lines[n] for n in range(lo - 1, len(f.lines))), whole=True)
+        text, head = prompt_text(text.split("\n"), inside), None
     return PackItem(
         path,
         lo,
         hi,
-        f.redacted_text(lo, hi),
+        text,
         float(score),
         source,
         kind_of(path, source),

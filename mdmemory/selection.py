@@ -68,6 +68,13 @@ class ProviderSelection:
             self._choice.provider.breaker = self._breaker(self._choice.provider)
         return self._choice
 
+    def follow(self, other: ProviderSelection) -> None:
+        """Use the provider choice ``other`` (another connection to the same agent's index) uses now: after a
+        fallback took over there, the same one here, so that both write the same vectors."""
+        if other._choice is not None and other._choice is not self._choice:
+            self._choice = other._choice
+            self._indexer = None
+
     def _breaker(self, provider: EmbeddingProvider) -> CircuitBreaker:
         """The provider's circuit breaker on this index, shared with other processes (providers/breaker.py)."""
         from mdmemory.providers.breaker import BreakerPolicy, breaker_for

@@ -182,6 +182,9 @@ class AgentConfig:
     # False in a ``mdmemory serve`` replica that does not hold this agent's files (``service.remoteAgents``):
     # it retains into the shared store's entries and reads file text from the index (README "Service replicas")
     files_here: bool = True
+    # The pod whose requests ``mdmemory serve`` answers for this agent (``agents.list[].pod``; "*": every pod);
+    # None: the first pod that uses it (``service.podScope``, mdmemory.service.pods)
+    pod: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +195,15 @@ class ServiceConfig:
     port: int = 8080
     token: str | None = field(default=None, repr=False)  # bearer token; MEMORY_API_TOKEN wins
     auto_agents: bool = False  # an unknown agent_id gets {home}/agents/{id}/ from workspace-template
-    max_body_bytes: int = 2 * 1024 * 1024
+    # a request body past this answers 413 (cllama sends a conversation whole, twice: 2.4 MB for 1.2 MB)
+    max_body_bytes: int = 64 * 1024 * 1024
+    # each part of a retained turn (user, assistant, tool calls) is stored whole up to this many characters,
+    # longer ones cut in the middle and the answer says so (mdmemory.service.retained)
+    max_message_chars: int = 256 * 1024
+    # A recall is answered within this (mdmemory.service.timebox): it never waits past it for catching up,
+    # a worker or the query embedding (keywords answer then), and one whose time is up is not computed.
+    # Below the proxy's recall timeout (cllama: 300 ms) by the network's and the event loop's share.
+    recall_budget_ms: int = 250
     # Processes answering recalls beside the service's own (mdmemory.service.recallpool): None is one per
     # core up to 4 (none on one core); 0 answers every recall in the service's process.
     recall_workers: int | None = None
@@ -207,6 +218,10 @@ class ServiceConfig:
     max_header_bytes: int = 32 * 1024  # request line and headers; more answers 431
     header_timeout_ms: int = 10_000  # a request's line and headers must arrive within this, else 408
     body_timeout_ms: int = 30_000  # and its body within this after them
+    # What a request's ``pod`` does (mdmemory.service.pods, README "Pods"): "bind" (an agent serves one pod:
+    # its agents.list[].pod, else the first pod that uses it), "namespace" (only its agents.list[].pod), "off"
+    # (pods are ignored). Under "bind" and "namespace", autoAgents serves other pods from ``<id>@<pod>``.
+    pod_scope: Literal["bind", "namespace", "off"] = "bind"
 
 
 @dataclass(frozen=True)
@@ -250,6 +265,7 @@ class Entry:
     id: str | None = None
     default: bool = False
     workspace: str | None = None  # None -> agents.defaults.workspace
+    pod: str | None = None  # the pod this agent serves ("*": every pod); see AgentConfig.pod
 
 
 @dataclass(frozen=True)

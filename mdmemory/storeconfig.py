@@ -146,14 +146,15 @@ def url_problem(url: str, origin: str) -> str | None:
 # -- index file names that cannot be taken for another agent's --------------------------------------------
 # What mdmemory keeps beside an index file ``<name>``: generations ``<name>.g<N>`` and corrupt copies
 # ``<name>.corrupt-<time>`` (each with ``-wal``/``-shm``/``-journal``), locks, state files and sockets
-# (``<name>.lock``, ``.embed.lock``, ``.worker.json``, ``.health.json``, ``.watch.lock``, ``.sock`` ...) and
+# (``<name>.lock``, ``.embed.lock``, ``.worker.json``, ``.health.json``, ``.pod.json``, ``.sock`` ...) and
 # their temporary files (``<name>.worker.json.<pid>.tmp``), swap links ``.<name>.swap-<pid>`` and
 # ``.<name>.health.json.<pid>.tmp``. The words are matched in any sequence, so that a name that is a prefix of
 # one (``<name>.embed``) counts too: two agents' locks must not be one file either.
-_WORDS = r"(?:\.(?:lock|embed|worker|spawn|watch|health|breaker|json|log|sock|tmp|\d+))+"
+_WORDS = r"(?:\.(?:lock|embed|worker|spawn|watch|health|breaker|pod|json|log|sock|tmp|\d+))+"
 _COMPANION = re.compile(r"(?:\.g\d+|\.corrupt-\d{8}T\d{6}Z(?:-\d+)?)?(?:-wal|-shm|-journal)?|" + _WORDS)
 _DOT_COMPANION = re.compile(r"\.swap-\d+|" + _WORDS)
-AGENT_ID_PATTERN = r"[A-Za-z0-9._-]{1,64}"  # the widest id any agent may have (service.autoAgents ids)
+# the widest id any agent may have: a service.autoAgents id, or a pod's own agent "<id>@<pod>"
+AGENT_ID_PATTERN = r"[A-Za-z0-9._-]{1,64}(?:@[A-Za-z0-9._-]{1,64})?"
 
 
 def store_path_clash(template: str, home: str, agent_id: str) -> str | None:

@@ -58,6 +58,7 @@ class IndexSync(ProviderSelection):
     last_repair: dict[str, Any] | None
     catch_up_interval: float
     catches_up: bool
+    catch_up_budgeted: bool
     _last_error: dict[str, Any] | None
     _store: IndexStore | None
     _changes: int
@@ -159,6 +160,38 @@ class IndexSync(ProviderSelection):
             raise EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
         return report
 
+    def embed_waiting(self) -> int:
+        """Embed the chunks text-only syncs (``sync(embed=False)``, a service's catch-up) left pending, taking
+        no writer lock (``Indexer.embed_waiting``); returns how many still wait. Nothing is embedded while the
+        index was built for another identity (a rebuild, started by a search, replaces it). Raises
+        EmbeddingsPending when the provider failed, recorded as a sync's failure is."""
+        path = self.agent.store_path
+        try:
+            self._follow_shared_state()
+            if self.choice.provider is None or not self.indexer.identity_matches():
+                return self.store.pending_count()
+            report = self.indexer.embed_waiting()
+        except StoreError as exc:
+            self.release_store()
+            self._record_error(exc)
+            raise
+        except store_errors() as exc:
+            self.release_store()
+            fault = store_fault(exc, path)
+            self._record_error(fault)
+            raise fault from exc
+        except (ProviderError, OSError) as exc:
+            self._record_error(exc)
+            raise
+        if report.embed_error is not None:
+            error = EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
+            self._record_error(error)
+            raise error
+        if report.pending == 0:
+            self._last_error = None
+            update_health(path, lastError=None)
+        return report.pending
+
     def _check_provider(self) -> None:
         """With the configured provider unavailable, sync keyword-only unless that would drop vectors.
 
@@ -209,14 +242,17 @@ class IndexSync(ProviderSelection):
 
     def _embedding_deadline(self) -> float:
         """When a search stops waiting for embeddings: ``query.embedTimeoutMs`` from now, after the one-time
-        warm-up (SDK import, model load), which cannot hang on the network and no budget counts."""
+        warm-up (SDK import, model load), which cannot hang on the network and no budget counts; earlier when
+        the caller set a deadline (``deadline.until``: a service recall's time budget)."""
         try:
             provider = self.choice.provider
             if provider is not None and (provider.breaker is None or provider.breaker.status()["state"] != "open"):
                 provider.warm_up()  # not while paused: a CLI search then answers without importing the SDK
         except ProviderError:
             pass  # the embedding call reports it
-        return time.monotonic() + self.settings.query.embed_timeout_ms / 1000
+        own = time.monotonic() + self.settings.query.embed_timeout_ms / 1000
+        outer = deadline.current()
+        return own if outer is None else min(own, outer)
 
     def changed(self) -> None:
         """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""

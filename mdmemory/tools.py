@@ -37,6 +37,7 @@ def search_response(
     """
     from mdmemory.packitems import cite  # here, not at the top: memory_get needs neither the search nor the pack
     from mdmemory.redaction import redact, redact_path
+    from mdmemory.sessionview import inside_block, is_day_file, prompt_text
     from mdmemory.snippets import SNIPPET_CHARS, make_snippet
 
     results = []
@@ -46,6 +47,8 @@ def search_response(
         footer = f"\n\nSource: {ref}" if citations else ""
         # redacted before it is cut, so a snippet window never holds the unrecognisable half of a secret
         text, heading = redact(c.text), redact(c.heading) if c.heading else c.heading
+        if is_day_file(c.path, c.source):  # retained turns without their ids and markers
+            text, heading = prompt_text(text.split("\n"), inside_block(c.text.split("\n"), whole=False)), ""
         snippet = make_snippet(text, outcome.terms, heading, limit=max(SNIPPET_CHARS - len(footer), 100))
         result: dict[str, Any] = {
             "path": redact_path(c.path),

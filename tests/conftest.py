@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 pytest_plugins = ["tests.conftest_gguf", "tests.fake_openai"]
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("MDMEMORY_TEST_SHARED") or REPO.parent / "shared")  # models; a worktree points here
 MINILM = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 
 

@@ -67,6 +67,9 @@ URL_PASSWORD = j("s3cr", "et-", chars(10))
 BASIC = base64.b64encode(b"deploy:" + chars(14).encode()).decode()
 HEXTOKEN = chars(40, HEX)
 CLIENT_SECRET = chars(32, URLSAFE)
+SAS = chars(43, B64)
+HOOK = chars(68, URLSAFE)
+PAT = chars(52, string.ascii_lowercase + string.digits)
 
 
 def _cases() -> list[Case]:
@@ -253,6 +256,55 @@ def _cases() -> list[Case]:
             (PROJECT_KEY[40:],),
             "partial_secret",
         ),
+        # more kinds and places (the outside re-probe)
+        c("docker hub token", j("dck", "r_pat_", chars(27, URLSAFE)), (), "docker_token"),
+        c("square access token", j("EA", "AA", chars(60, URLSAFE)), (), "square_token"),
+        c("square oauth token", j("sq0", "atp-", chars(22, URLSAFE)), (), "square_token"),
+        c("mailgun", j("ke", "y-", chars(32, string.ascii_lowercase + string.digits)), (), "mailgun_key"),
+        c("firebase server key", j("AA", "AA", chars(7, URLSAFE), ":APA91b", chars(134, URLSAFE)), (), "firebase_key"),
+        c(
+            "discord webhook",
+            j("https://discord.com/api/", "webhooks/", "123456789012345678/", HOOK),
+            (HOOK,),
+            "discord_token",
+        ),
+        c(
+            "azure sas url",
+            f"https://acct.blob.core.windows.net/c/f.txt?sv=2022-11-02&sp=r&sig={SAS}%3D",
+            (SAS,),
+            "signed_url",
+        ),
+        c(
+            "s3 presigned url",
+            f"https://b.s3.amazonaws.com/k?X-Amz-Expires=600&X-Amz-Signature={HEXTOKEN}&X-Amz-Date=1",
+            (HEXTOKEN,),
+            "signed_url",
+        ),
+        c("api key in a query", f"https://maps.example.com/api/js?key={CLIENT_SECRET}&q=paris", (CLIENT_SECRET,), None),
+        c(
+            "docker config auth",
+            f'{{"auths": {{"ghcr.io": {{"auth": "{BASIC}"}}}}}}',
+            (BASIC,),
+            "basic_auth",
+        ),
+        c(
+            "keyed value in JSON quoted in JSON",
+            f'data: {{"arguments": "{{\\"api_key\\": \\"{CLIENT_SECRET}\\"}}"}}',
+            (CLIENT_SECRET,),
+            "keyed_secret",
+        ),
+        c(
+            "key with \\u escapes",
+            '"key": "' + PROJECT_KEY.replace("-", "\\u002d") + '"',
+            (PROJECT_KEY[9:40],),
+            "openai_key",
+        ),
+        c("cookie header", f"Cookie: sessionid={CLIENT_SECRET}; theme=dark", (CLIENT_SECRET,), "session_cookie"),
+        c("set-cookie header", f"Set-Cookie: sid={HEXTOKEN}; Path=/; HttpOnly", (HEXTOKEN,), "session_cookie"),
+        c("sshpass", f"sshpass -p '{PASSWORD}' ssh deploy@db", (PASSWORD,), "keyed_secret"),
+        c("mysql -p", f"mysql -h db -u root -p{PASSWORD} ledger < dump.sql", (PASSWORD,), "keyed_secret"),
+        c("openssl -pass", f"openssl enc -d -aes-256-cbc -pass pass:{PASSWORD} -in b.enc", (PASSWORD,), None),
+        c("a *_PAT variable", f"AZURE_DEVOPS_PAT={PAT}", (PAT,), None),
     ]
     return out
 
@@ -310,4 +362,11 @@ LOOK_ALIKES: list[str] = [
     "aws_region = us-east-1 and aws_profile = default-profile",
     "password: required. The password rotated on 2026-01-05; a password manager 1Password; passwords 1 and 2.",
     "password policy v2.1 and password-reset flow, password length >= 12",
+    "token: MEMORY_API_TOKEN; password: $PGPASSWORD; api_key = settings.OPENAI_API_KEY; secret: %API_SECRET%",
+    "token_secret: process.env.TOKEN_SECRET and api_key=config.get('api_key') and access_key: self.accessKey",
+    "pwd: /home/alice/projects/mdmemory, credentials: ~/.aws/credentials, private_key: ./keys/id_ed25519",
+    "Cookie: theme=dark; lang=en-GB; consent=yes; csrftoken=abc123",
+    "mysql -u root -p ledger < dump.sql; ssh -p 2222 deploy@db; sshpass -f ~/.pw ssh host",
+    "key-value-store notes; monkey-patching the key-frame; the signature=valid check; sig=v2",
+    '{"text": "He said \\"hello\\" and left.\\nThen: C:\\\\Users\\\\alice\\\\notes.md"}',
 ]

@@ -43,12 +43,14 @@ class Service:
     host: str = "127.0.0.1"
     prefix: list[str] = field(default_factory=list)  # e.g. ``ip netns exec NS``: run it on another "host"
     fd_limit: int | None = None  # RLIMIT_NOFILE (soft and hard) of the service process: ``ulimit -n``
+    args: list[str] = field(default_factory=list)  # more ``serve`` arguments (``--agent main``)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, *, wait: bool = True) -> None:
+        """Start ``mdmemory serve``; unless ``wait`` is False, wait until ``/healthz`` says it is ready."""
         self.port = free_port() if not self.prefix else 18080  # another network namespace: all ports free
         env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
         env.pop("MEMORY_API_TOKEN", None)
@@ -57,25 +59,37 @@ class Service:
         out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
             [*self.prefix, sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config)]
-            + ["--host", self.host, "--port", str(self.port)],
+            + ["--host", self.host, "--port", str(self.port), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
             preexec_fn=None if self.fd_limit is None else functools.partial(_limit_fds, self.fd_limit),
         )
         out.close()
+        if wait:
+            try:
+                self.wait_ready(timeout)
+            except BaseException:
+                self.stop()  # not left running behind a failed test
+                raise
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
             try:
-                if self.call("GET", "/healthz").status == 200:
+                health = self.call("GET", "/healthz")
+                # ready: every agent opened (one that could not be is reported as degraded, with 503)
+                if health.status == 200 or (isinstance(health.body, dict) and health.body.get("ready") is True):
                     generated = self.home / "state" / "service-token"
                     if self.token is None and generated.is_file():
                         self.token = generated.read_text().strip()  # the one it made (service.auth "token")
                     return
             except OSError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.05)  # not listening yet, or 503 while it opens its agents
         raise RuntimeError("serve did not come up")
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:

@@ -206,3 +206,33 @@ def test_an_id_file_that_is_not_mdmemorys_is_an_error_naming_it(tmp_path: Path, 
         (tmp_path / "ws-b").mkdir()
         with pytest.raises(StoreError, match="take-over"):  # another path is still another workspace
             other.search("heron nests")
+
+
+def test_an_id_folder_removed_by_git_clean_is_refused_with_the_id_to_put_back(
+    tmp_path: Path, store: dict[str, Any]
+) -> None:
+    """`git clean -xdf` in a workspace kept in git deletes `.mdmemory/` (it ignores itself, so that clones do
+    not share it); the next process makes a new id for the same folder. It is refused (another machine with
+    the same host name may have another workspace at this path), and the error gives the old id to put back;
+    put back, the index and searches work again with nothing rebuilt."""
+    a = Host(tmp_path, "a", store)
+    a.note("The zebra crossing is painted every spring.")
+    a.ok("index")
+    old = (a.workspace / ID_DIR / ID_FILE).read_text().strip()
+    git = ["git", "-C", str(a.workspace), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", str(a.workspace)], check=True)
+    subprocess.run([*git, "add", "MEMORY.md"], check=True)
+    subprocess.run([*git, "commit", "-qm", "notes"], check=True)
+    subprocess.run([*git, "clean", "-xdfq"], check=True)
+    assert not (a.workspace / ID_DIR).exists() and (a.workspace / "MEMORY.md").exists()
+
+    refused = a.run("index")
+    assert refused.returncode != 0
+    error = refused.stderr
+    new = (a.workspace / ID_DIR / ID_FILE).read_text().strip()
+    assert "same folder" in error and old in error and new in error, error
+    assert f"echo {old} > {a.workspace / ID_DIR / ID_FILE}" in error, error
+
+    (a.workspace / ID_DIR / ID_FILE).write_text(old + "\n")  # the fix the error gives
+    assert a.ok("index")["indexed"] == 0
+    assert "zebra crossing" in a.texts("zebra crossing")

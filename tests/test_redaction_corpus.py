@@ -94,6 +94,12 @@ HOSTILE = [
     "\u200b".join(["sk-"] * 10000),
     "1234567890:" * 10000,
     "hf_" + "aB" * 30000,
+    "Cookie: " * 10000 + "a=" * 10000,
+    "Set-Cookie: a=b;" * 10000,
+    "mysql " * 10000 + " -p",
+    '\\"' * 30000,
+    "\\u002d" * 20000,
+    "key=" * 20000,
     *{_literal_start(rule.pattern.pattern) * 5000 for rule in RULES},
     *{(_literal_start(rule.pattern.pattern) + "aZ7") * 3000 for rule in RULES},
 ]

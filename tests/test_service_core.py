@@ -172,12 +172,13 @@ def test_concurrent_retains_share_fsyncs_and_each_returns_after_one_that_covers_
         assert len(text[:end].encode("utf-8")) <= durable
 
 
-def test_bad_timezone_and_ts_name_the_field(tmp_path: Path) -> None:
+def test_a_bad_ts_names_the_field_and_a_bad_timezone_dates_the_turn_in_utc(tmp_path: Path) -> None:
     log = _log(tmp_path)
-    with pytest.raises(InvalidArgumentError, match="metadata.timezone"):
-        log.retain(openai_entry("q", "a"), {"timezone": "Mars/Olympus"})
     with pytest.raises(InvalidArgumentError, match="entry.ts"):
         log.retain(openai_entry("q", "a", ts="yesterday"))
+    late = openai_entry("q", "a", ts="2026-11-23T23:30:00Z")
+    assert log.retain(late, {"timezone": "Mars/Olympus"})[0] == "retained"  # UTC, as the proxy falls back
+    assert "## 23:30:00 · " in (tmp_path / "ws" / "sessions" / "2026-11-23.md").read_text()
 
 
 def test_service_config_keys(tmp_path: Path) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.redaction import redact
 from mdmemory.service import blocks
+from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
+from tests.fault_helpers import fill_disk, small_tmpfs
 from tests.service_bodies import openai_entry, retain_body
 from tests.service_server import Service, write_config
 
@@ -83,9 +84,9 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path, text: Ca
             got, torn = blocks.blocks(data)
             assert torn is None
             found += [b.entry_id for b in got]
-            for b in got:  # each block holds its own entry's text, unchanged but for its line endings
+            for b in got:  # each block holds its own entry's text, unchanged but for line endings and wrapping
                 k, i = (int(n) for n in b.entry_id.removeprefix("hist1_c").split("_"))
-                assert blocks.read_block(data, b).turn.user == blocks.clean(redact(text(k, i)))
+                assert blocks.read_block(data, b).turn.user == stored_text(text(k, i), DEFAULT_MAX_MESSAGE_CHARS)[0]
         assert len(found) == len(set(found))  # nothing twice
         assert acked <= set(found)  # everything acknowledged is there
         assert set(found) <= sent  # nothing else (an entry in flight at the kill may be there, unacknowledged)
@@ -103,3 +104,47 @@ def test_every_acknowledged_entry_survives_exactly_once(tmp_path: Path, text: Ca
             time.sleep(1)
     finally:
         svc.stop()
+
+
+def test_a_forget_cut_between_its_tombstone_and_its_rewrite_is_finished_before_the_first_recall(
+    tmp_path: Path,
+) -> None:
+    """A forget whose tombstone is durable but whose rewrite failed (a full disk: the tombstone line fits, a
+    copy of the day file without the entry does not), then a kill -9: after the restart, the first request is
+    a recall, and the forgotten entry must not come back from it (the block goes before any search indexes
+    the files)."""
+    with small_tmpfs(tmp_path / "vol", "256k") as vol:
+        ws = vol / "ws"
+        (ws / "memory").mkdir(parents=True)
+        cfg = write_config(tmp_path / "config.json", {"main": ws})
+        svc = Service(cfg, tmp_path / "home", "tok-5b1c", tmp_path / "serve.log")
+        svc.start()
+        try:
+            gone = openai_entry("where is the zebraquartz vault?", "room 7", id="hist1_gone")
+            kept = openai_entry("what colour is the lighthouse?", "red", id="hist1_kept")
+            pad = openai_entry("padding " * 2000, "ok", id="hist1_pad")
+            for entry in (gone, kept, pad):
+                assert svc.call("POST", "/retain", retain_body("main", entry)).status == 202
+            filler = fill_disk(ws, leave=8192)  # room for the tombstone line, not for a copy of the day file
+            reply = svc.call("POST", "/forget", {"agent_id": "main", "entry_ids": ["hist1_gone"]})
+            assert reply.status == 503, reply.body
+            assert "hist1_gone" in (ws / "sessions" / ".tombstones.jsonl").read_text()
+            assert "zebraquartz" in (ws / "sessions" / "2026-11-23.md").read_text()
+        finally:
+            assert svc.stop(signal.SIGKILL) == -signal.SIGKILL
+        filler.unlink()  # the operator frees space, then restarts the service
+        svc.start()
+        try:
+            reply = svc.call(
+                "POST", "/recall", {"agent_id": "main", "messages": [{"role": "user", "content": "zebraquartz vault"}]}
+            )
+            assert reply.status == 200
+            assert not [m for m in reply.body["memories"] if "zebraquartz" in m["text"]], reply.body
+            day = (ws / "sessions" / "2026-11-23.md").read_text()
+            assert "zebraquartz" not in day and "hist1_kept" in day
+            reply = svc.call(
+                "POST", "/recall", {"agent_id": "main", "messages": [{"role": "user", "content": "lighthouse colour"}]}
+            )
+            assert any("lighthouse" in m["text"] for m in reply.body["memories"]), reply.body
+        finally:
+            svc.stop()

@@ -28,14 +28,18 @@ TOKEN = "test-token-5f1c2d9e8a7b"
 
 
 @pytest.fixture
-def service(tmp_path: Path, store_backend: dict[str, Any]) -> Iterator[Service]:
-    """A running service; on the store of ``store_backend`` (SQLite unless a test says ``both_backends``)."""
+def service(tmp_path: Path, store_backend: dict[str, Any], request: pytest.FixtureRequest) -> Iterator[Service]:
+    """A running service; on the store of ``store_backend`` (SQLite unless a test says ``both_backends``),
+    with the ``service`` settings a test gives as the fixture's parameter (``indirect``)."""
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe staging database is Postgres 16 on port 5433.\n")
     store = {"store": store_backend} if store_backend else None
     (tmp_path / "ws-ops").mkdir()  # an agent with an empty workspace
-    cfg = write_config(tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store)
+    settings = getattr(request, "param", {})
+    cfg = write_config(
+        tmp_path / "config.json", {"main": ws, "ops": tmp_path / "ws-ops"}, memory_search=store, **settings
+    )
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
     yield svc
@@ -127,11 +131,12 @@ def test_errors_404_400_413(service: Service) -> None:
     r = service.call("POST", "/forget", {"agent_id": "main", "entry_ids": []})
     assert r.status == 400 and "entry_ids" in r.body["error"]
     r = service.call("POST", "/retain", retain_body("main", openai_entry("q", "a"), timezone="Mars/Base"))
-    assert r.status == 400 and "metadata.timezone" in r.body["error"]
-    # Over the limit: refused from the Content-Length alone, and a chunked body (no Content-Length) is
-    # refused as soon as what has arrived passes 2 MiB (33 pieces of 64 KiB: the last one crosses the limit).
-    assert _raw_post(service, {"Content-Length": str(3 * 1024 * 1024)}, []) == 413
-    assert _raw_post(service, {"Transfer-Encoding": "chunked"}, [b"x" * 65536] * 33, chunked=True) == 413
+    assert r.status == 202 and "metadata.timezone" in r.body["warnings"][0]  # dated in UTC, not refused
+    # Over the limit (service.maxBodyBytes, 64 MiB): refused from the Content-Length alone, and a chunked body
+    # (no Content-Length) as soon as what has arrived passes it (1,025 pieces of 64 KiB: the last one crosses).
+    assert _raw_post(service, {"Content-Length": str(64 * 1024 * 1024 + 1)}, []) == 413
+    assert _raw_post(service, {"Transfer-Encoding": "chunked"}, [b"x" * 65536] * 1025, chunked=True) == 413
+    assert service.call("POST", "/recall", recall_body("main", "x")).status == 200  # its place given back
 
 
 def _raw_post(service: Service, headers: dict[str, str], pieces: list[bytes], chunked: bool = False) -> int:
@@ -297,6 +302,9 @@ def test_backfill_after_skips_older_entries(service: Service, tmp_path: Path) ->
     assert code == 2 and "--after" in err
 
 
+# A recall that waits for a core on a busy machine is answered late rather than dropped: this is about
+# writers and readers side by side, not the budget (tests/test_recall_budget.py).
+@pytest.mark.parametrize("service", [{"recallBudgetMs": 60_000}], indirect=True)
 def test_mixed_load_of_recalls_retains_forgets_and_hand_edits_answers_without_errors(service: Service) -> None:
     """Recalls search through read connections while retains, forgets, the background indexer and a person
     editing notes write: every request answers, and what was written is found right after."""
@@ -364,7 +372,8 @@ def test_mixed_load_of_recalls_retains_forgets_and_hand_edits_answers_without_er
     while not any("cormorant" in str(m["text"]) for m in _memories(service, "cormorant wings")):
         assert time.monotonic() < deadline, "a hand edit was not recalled within 5 s"
         time.sleep(0.2)
-    recalled = {i for m in _memories(service, "heron turn noted") for i in re.findall(r"hist1_mix\d+_\d+", str(m))}
+    said = re.findall(r"heron turn (\d+) (\d+)", json.dumps(_memories(service, "heron turn noted")))
+    recalled = {f"hist1_mix{k}_{i}" for k, i in said}  # recall shows the turn as said, not its entry id
     assert recalled and not recalled & set(forgotten)  # forgotten turns never come back
     sessions = "".join(p.read_text() for p in (ws / "sessions").glob("*.md"))
     assert not [f for f in forgotten if re.search(re.escape(f) + r"\b", sessions)]

@@ -305,3 +305,49 @@ def test_backfill_reports_hostile_ledger_lines_and_keeps_the_rest(tmp_path: Path
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["retained"] == 1 and summary["invalid"] == [2, 3, 4, 5]
     assert "Traceback" not in out.stderr
+
+
+KEY = "sk-proj-" + "Q7mZp2Xk9LrT4vWb8NcY1dFh6JsA3eGu"  # real-shaped, made up
+GH = "gh" + "p_" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa"
+
+
+def test_no_error_status_or_log_line_repeats_a_secret_sent_or_found(service: Service, tmp_path: Path) -> None:
+    """A 400 quotes the value it refuses, a 503 the path a symlink points to, status the last failure: each
+    redacted. A token sent as an agent id is refused (it would name a folder and show in telemetry), and a
+    token in a model name becomes one whole marker in the block's heading."""
+    replies = [
+        service.call("POST", "/retain", {**retain_body("main", _entry()), "metadata": {"timezone": "Europe/" + KEY}}),
+        service.call("POST", "/retain", {"agent_id": "main", "entry": _entry(ts="2026-01-01 " + KEY)}),
+        service.call("POST", "/recall", {"agent_id": "x/" + KEY, "messages": []}),
+        service.call("POST", "/recall", recall_body(GH, "which door?")),
+        service.call("GET", f"/agents/{GH}/status"),
+    ]
+    # a bad time zone costs no turn (the turn is dated in UTC): its warning quotes the value, redacted
+    assert [r.status for r in replies] == [202, 400, 400, 400, 400], [r.raw for r in replies]
+    assert replies[0].body["warnings"][0].startswith("metadata.timezone: 'Europe/[REDACTED:"), replies[0].raw
+    assert [r.body["error"].split(":", 1)[0] for r in replies[1:4]] == ["entry.ts", "agent_id", "agent_id"]
+    assert not (service.home / "agents" / GH).exists()
+
+    secret_dir = tmp_path / f"vault-{GH}"
+    secret_dir.mkdir()
+    sessions = tmp_path / "ws" / "sessions"
+    sessions.mkdir(exist_ok=True)
+    sessions.rename(tmp_path / "sessions-away")
+    sessions.symlink_to(secret_dir)
+    refused = service.call("POST", "/retain", retain_body("main", _entry(id="hist1_symlinked")))
+    assert refused.status == 503 and "symlink" in refused.body["error"], refused.raw
+    status = service.call("GET", "/agents/main/status")
+    assert status.status == 200 and "lastError" in status.body["sessions"], status.raw
+    sessions.unlink()
+    (tmp_path / "sessions-away").rename(sessions)
+
+    entry = _entry(id="hist1_model")
+    entry["effective_model"] = f"gpt-4o {KEY}"
+    assert service.call("POST", "/retain", retain_body("main", entry)).status == 202
+    assert "gpt-4o_[REDACTED:openai_key] · hist1_model" in _sessions(service)
+
+    service.stop()
+    seen = b"".join(r.raw for r in [*replies, refused, status]) + service.log.read_bytes() + _sessions(service).encode()
+    for secret in (KEY, GH):
+        assert secret.encode() not in seen
+        assert secret[12:30].encode() not in seen

@@ -227,7 +227,9 @@ def test_postgresql_down_a_retain_answers_503_and_leaves_nothing_then_works_agai
         assert reply.status == 202 and fleet.blocks_in_files("hist1_h3") == 1
         pg.start()
         assert fleet.entry_state("hist1_h2") is None  # nothing half-written
-        assert fleet.entry_state("hist1_h1") == "pending"  # what was answered 202 is there
+        # what was answered 202 is there: still pending, or already written into the files by the serve that
+        # holds them (its drain runs once a second and may get there first now that the database is back)
+        assert fleet.entry_state("hist1_h1") in ("pending", "written")
         started = time.monotonic()
         assert a.call("POST", "/retain", again).status == 202  # at once: a connection of its own if need be
         assert time.monotonic() - started < 6

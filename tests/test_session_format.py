@@ -154,6 +154,8 @@ def test_a_crash_anywhere_in_the_last_append_loses_and_changes_nothing_acknowled
         closed = cut >= after.rindex(blocks.closing(items[-1][0]).encode()) + len(blocks.closing(items[-1][0]))
         assert fresh.stats()["retained"] == len(items) - (0 if closed else 1)
         repaired = path.read_bytes()
+        kept = path.with_name(f".{path.name}.torn")  # what the repair cut, kept: nothing is thrown away
+        assert repaired + (kept.read_bytes().split(b" ---\n", 1)[1] if kept.exists() else b"") == after[:cut]
         if closed:  # its closing line reached the disk: the block is whole, only its blank line is missing
             assert repaired == after[:cut]
         elif before:  # the torn tail cut, exactly: nothing acknowledged lost or changed (the joiner may stay)
@@ -283,3 +285,30 @@ def test_a_partial_heading_or_file_heading_is_cut_but_a_persons_text_after_the_l
         assert blocks.blocks(base + tail) == (blocks.blocks(base)[0], cut), tail
     assert blocks.blocks(b"# Sessions 2026-1") == ([], 0)
     assert blocks.blocks(b"# Sessions 2026-11-23\n\n") == ([], None)
+
+
+def test_a_note_written_after_a_torn_block_before_the_restart_is_kept_and_a_forget_erases_the_turn(
+    tmp_path: Path,
+) -> None:
+    """A crash tears the last block; before the restart a person appends a note at the end of the file. The
+    repair cannot tell the note from the torn block, so it cuts both and keeps them in ``.<day>.md.torn``
+    (not memory). The proxy retries the torn turn; a forget of it then erases its text there too (from its
+    heading to the end of that cut: where a torn block ends cannot be told, and an erasure must be whole)."""
+    with session_log() as (log, path):
+        a = ("hist1_a", DAY, blocks.render("hist1_a", "10:00:00", "m", Turn("the first question", "yes", ())))
+        b = ("hist1_b", DAY, blocks.render("hist1_b", "10:01:00", "m", Turn("the zebra vault code", "1234", ())))
+        assert log.write_blocks([a, b]) == ["retained", "retained"]
+        data = path.read_bytes()
+        os.truncate(path, data.index(b"the zebra vault code") + 9)  # the power went out mid-append
+        with path.open("ab") as fh:
+            fh.write(b"\n\nNote to self: call Bob about the boiler on Monday.\n")
+        fresh = SessionLog(log.agent)
+        assert fresh.stats()["retained"] == 1
+        kept = path.with_name(f".{path.name}.torn")
+        assert b"call Bob about the boiler" in kept.read_bytes() and b"the zebra" in kept.read_bytes()
+        assert b"call Bob" not in path.read_bytes() and whole(path.read_bytes()) == ["hist1_a"]
+        assert fresh.write_blocks([b]) == ["retained"]  # the proxy's retry
+        fresh.forget(["hist1_b"])
+        assert b"zebra" not in path.read_bytes() and b"zebra" not in kept.read_bytes()
+        assert kept.read_bytes().startswith(b"\n--- cut from the end of 2026-11-23.md at ")
+        assert whole(path.read_bytes()) == ["hist1_a"]

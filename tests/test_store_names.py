@@ -141,3 +141,47 @@ def test_over_http_the_twin_agent_is_recalled_after_mains_rebuild(tmp_path: Path
         assert status.status == 200 and status.body["sessions"]["retained"] == 1
     finally:
         svc.stop()
+
+
+def test_an_auto_agent_never_shares_a_configured_agents_workspace(tmp_path: Path) -> None:
+    """A configured agent whose workspace is ``{home}/agents/<name>`` (where auto agents live) under another id:
+    a request for an auto agent ``<name>`` would read its notes and write into its sessions. Refused (400),
+    as is an id that would put an auto agent inside a configured agent's ``memory/`` (one whose workspace is
+    ``{home}/agents`` itself); other ids are served."""
+    home = tmp_path / "home"
+    ws = home / "agents" / "main"
+    (ws / "memory").mkdir(parents=True)
+    (ws / "MEMORY.md").write_text("# Memory\n\nThe assistant's zebra launch code is 4417.\n")
+    cfg = write_config(tmp_path / "c.json", {"assistant": ws, "all": home / "agents"}, autoAgents=True, recallWorkers=0)
+    svc = Service(cfg, home, "tok-owner", tmp_path / "serve.log")
+    svc.start()
+    try:
+        for agent, owner in (("main", "'assistant'"), ("memory", "'all'")):
+            reply = svc.call("POST", "/recall", recall_body(agent, "zebra launch code"))
+            assert reply.status == 400 and owner in reply.body["error"], reply.raw
+            entry = openai_entry("hello from an impostor", "hi", id="hist1_impostor")
+            assert svc.call("POST", "/retain", retain_body(agent, entry)).status == 400
+        assert not (ws / "sessions").exists() or not list((ws / "sessions").glob("*.md"))
+        assert not (home / "agents" / "memory").exists()
+        reply = svc.call("POST", "/recall", recall_body("assistant", "zebra launch code"))
+        assert reply.status == 200 and "4417" in reply.body["memories"][0]["text"]
+        reply = svc.call("POST", "/recall", recall_body("newcomer", "zebra launch code"))
+        assert reply.status == 200 and "4417" not in json.dumps(reply.body)
+    finally:
+        svc.stop()
+
+
+def test_an_auto_agent_differing_from_another_only_by_case_is_refused(tmp_path: Path) -> None:
+    """``Main`` beside ``main``, ``BOB`` beside ``bob``: one folder and one index on a case-insensitive file
+    system (macOS, Windows), two agents here. Refused, whatever the file system, so that a home moved there
+    keeps its agents apart; an agent whose folder exists already keeps working."""
+    config = load_config(_config(tmp_path), env={"MDMEMORY_HOME": str(tmp_path / "home")})
+    agents = Agents(config)
+    assert agents.config_of("bob").id == "bob"  # creates home/agents/bob
+    for agent_id, twin in (("Main", "'main'"), ("BOB", "'bob'")):
+        with pytest.raises(InvalidArgumentError) as err:
+            agents.config_of(agent_id)
+        assert str(err.value).startswith("agent_id:") and twin in str(err.value) and "Fix:" in str(err.value)
+        assert not (tmp_path / "home" / "agents" / agent_id).exists()
+    (tmp_path / "home" / "agents" / "Bob").mkdir()  # made before this rule, on this file system
+    assert agents.config_of("Bob").id == "Bob"

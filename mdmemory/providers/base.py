@@ -132,6 +132,9 @@ class EmbeddingProvider(ABC):
     def warm_up(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Build the client or load the model now: a one-time cost that no query budget counts."""
 
+    def limit_threads(self, threads: int) -> None:  # noqa: B027 - an optional hook, not abstract
+        """From now on compute on at most ``threads`` threads (a process whose other cores answer queries)."""
+
     # -- the shared pipeline ------------------------------------------------------------------------
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """Embed documents: returns a float32 array of shape (len(texts), dims), rows L2-normalised."""

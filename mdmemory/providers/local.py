@@ -275,6 +275,18 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         if self._llm is None:  # read without the lock: a loaded model must not wait for a running batch
             self.load()
 
+    def limit_threads(self, threads: int) -> None:
+        """Batches on at most ``threads`` llama.cpp threads from now on (the loaded model too, between two
+        computations: on the runner's thread)."""
+        self.threads = max(1, min(self.threads, threads))
+        if self._llm is not None:
+            self._runner.call(self._apply_threads)
+
+    def _apply_threads(self) -> None:
+        ctx: Any = getattr(self._llm, "_ctx", None)  # llama-cpp-python's context wrapper (0.3.x)
+        if hasattr(ctx, "set_n_threads"):
+            ctx.set_n_threads(self.threads, self.threads)
+
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:
         return {

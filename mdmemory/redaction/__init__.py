@@ -18,13 +18,16 @@ The detector (``rules.py``, ``scan.py``):
   are not used; ``rules.UPSTREAM`` says why for each.
 - **Our rules** for what it lacks: private keys (PEM and OpenSSH blocks, PuTTY files, and key bodies without
   their BEGIN line, from two lines), JWTs, Anthropic and project-scoped OpenAI keys, Google, Hugging Face,
-  npm, Stripe test keys and webhook secrets, and ~25 more prefixed tokens; ``Bearer`` (also ``Bearer:`` and a
+  npm, Stripe test keys and webhook secrets, and ~30 more prefixed tokens; signed URLs' signatures, ``?key=``,
+  token-like cookies, passwords on ``sshpass``/``mysql``/``openssl`` command lines; ``Bearer`` (also ``Bearer:`` and a
   token on the next line), ``Authorization: Basic`` (base64 of ``user:password``) and other schemes,
   ``curl -u``, ``--token``, URL passwords, and the value after ``password``/``PGPASSWORD``/``secret``/
   ``api_key``/``token``/``credentials``... (quoted, unquoted, XML, or in a YAML block on the next line; a
-  password also after a space) when it is no placeholder and has some entropy.
+  password also after a space) when it is no placeholder, no reference to where a secret is kept (an
+  environment variable's name, ``settings.SECRET_KEY``, a file path) and has some entropy.
 - **Normalised views**: Unicode's invisible characters (zero-width space, soft hyphen, joiners...) are ignored
-  for detection and the whole original span goes; ``%XX`` escapes are decoded; a token wrapped over lines is
+  for detection and the whole original span goes; ``%XX`` escapes and backslash escapes (JSON quoted in JSON)
+  are decoded; a token wrapped over lines is
   joined, and a secret ending a line goes on over a random-looking next line; a base64 or hex run whose
   decoding holds a secret goes whole (kind of the secret inside).
 - **Composition**: the rest of a token glued to another redactor's marker (``Bearer [redacted]kQ9...``,
@@ -47,18 +50,16 @@ from mdmemory.lazyre import lazy
 from mdmemory.redaction.rules import OWN, RULES
 from mdmemory.redaction.scan import (
     Dispatch,
-    Span,
     continued,
+    cookie_spans,
     encoded_spans,
     glued_spans,
     key_bodies,
-    mapped,
-    percent_decoded,
     rule_spans,
     token_regions,
-    without_ignorables,
     wrapped_spans,
 )
+from mdmemory.redaction.views import Span, backslash_decoded, mapped, percent_decoded, without_ignorables
 
 __all__ = ["KINDS", "MARKER_PREFIX", "REDACTED", "find_secrets", "marker", "redact", "redact_path"]
 
@@ -70,7 +71,7 @@ MARKER_PREFIX = "[REDACTED:"
 _GENERIC = ("url_password", "bearer_token", "basic_auth", "npm_token", "keyed_secret", "partial_secret")
 KINDS: tuple[str, ...] = tuple(
     dict.fromkeys(
-        ["private_key", "jwt", *(r.kind for r in OWN if r.kind not in _GENERIC)]
+        ["private_key", "jwt", "session_cookie", *(r.kind for r in OWN if r.kind not in _GENERIC)]
         + [r.kind for r in RULES if r.kind not in _GENERIC]
         + list(_GENERIC)
     )
@@ -119,6 +120,8 @@ def _find(text: str, decode: bool = True) -> list[Span]:
         found += _TOKENS.spans(text, lowered, regions)
     found += key_bodies(text)
     found += glued_spans(text, lowered)
+    if "cookie" in lowered:
+        found += cookie_spans(text, lowered)
     if "\n" in text:
         found += wrapped_spans(text, _TOKENS, found)
     if decode:
@@ -128,14 +131,15 @@ def _find(text: str, decode: bool = True) -> list[Span]:
 
 def find_secrets(text: str) -> list[tuple[int, int, str]]:
     """Spans ``(start, end, kind)`` of the secrets in ``text``: sorted by start and non-overlapping. The text is
-    also read without its invisible characters and with its ``%XX`` escapes decoded."""
+    also read without its invisible characters, with its ``%XX`` escapes decoded, and with its backslash
+    escapes decoded (JSON quoted in JSON)."""
     view = without_ignorables(text)
     clean, offsets = view if view is not None else (text, None)
     found = _find(clean)
-    decoded = percent_decoded(clean)
-    if decoded is not None:
-        plain, starts, ends = decoded
-        found += [(starts[s], ends[e - 1], kind) for s, e, kind in _find(plain)]
+    for decoded in (percent_decoded(clean), backslash_decoded(clean)):
+        if decoded is not None:
+            plain, starts, ends = decoded
+            found += [(starts[s], ends[e - 1], kind) for s, e, kind in _find(plain)]
     return _resolve(mapped(found, offsets) if offsets is not None else found)
 
 

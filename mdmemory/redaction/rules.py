@@ -9,15 +9,13 @@ used; tests/test_redaction_upstream.py fails when the snapshot has a pattern wit
 
 from __future__ import annotations
 
-import base64
-import binascii
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from mdmemory.lazyre import LazyPattern, lazy
 from mdmemory.redaction.upstream import DENYLISTS
+from mdmemory.redaction.values import basic_credentials, cased, keyed_value, mixed, password_value, token
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,65 +39,6 @@ class Rule:
     """A token rule's possible first characters, where its pattern does not start with a literal one."""
     trim: bool = False
     """Strip delimiters the pattern includes (``\\s``, ``=``, ``:``, quotes) from both ends of the match."""
-
-
-_PLACEHOLDER = lazy(r"(?i)^<.*>$|^\$\{|^\{\{|x{4}|\*{3}|\.{3}|redacted|example|your[_-]|changeme")
-
-
-DIGIT = lazy(r"[0-9]")
-_LETTER = lazy(r"[A-Za-z]")
-UPPER = lazy(r"[A-Z]")
-_LOWER = lazy(r"[a-z]")
-
-
-def mixed(value: str) -> bool:
-    """ASCII letters and digits both present (real keys; not words joined by hyphens)."""
-    return DIGIT.search(value) is not None and _LETTER.search(value) is not None
-
-
-def entropy(value: str) -> float:
-    counts: dict[str, int] = {}
-    for c in value:
-        counts[c] = counts.get(c, 0) + 1
-    n = len(value)
-    return -sum(k / n * math.log2(k / n) for k in counts.values())
-
-
-def keyed_value(value: str) -> bool:
-    """A value after ``password:`` and the like: no placeholder, letters with digits or symbols, some entropy."""
-    if _PLACEHOLDER.search(value):
-        return False
-    has_alpha = any(c.isalpha() for c in value)
-    has_other = any(not c.isalpha() for c in value)
-    return has_alpha and has_other and entropy(value) >= 3.0
-
-
-def password_value(value: str) -> bool:
-    """A value after a password key: 6+ characters, letters with digits or symbols (``hunter2``), mostly
-    distinct characters, no placeholder (short passwords are common; ordinary words have no digit)."""
-    if len(value) < 6 or _PLACEHOLDER.search(value):
-        return False
-    has_alpha = any(c.isalpha() for c in value)
-    has_other = any(not c.isalpha() for c in value)
-    return has_alpha and has_other and (len(set(value)) >= 0.6 * len(value) or entropy(value) >= 3.0)
-
-
-def token(value: str) -> bool:
-    return mixed(value) and not _PLACEHOLDER.search(value)
-
-
-def cased(value: str) -> bool:
-    """Upper and lower case ASCII letters both present (tokens of letters only, such as Hugging Face's)."""
-    return UPPER.search(value) is not None and _LOWER.search(value) is not None
-
-
-def basic_credentials(value: str) -> bool:
-    """``Basic <base64>`` whose decoding is printable ``user:password``."""
-    try:
-        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return False
-    return ":" in raw and raw.isprintable()
 
 
 # -- detect-secrets: (plugin, index) -> the rule built from that pattern, or why it is not used -----------------
@@ -219,11 +158,18 @@ _PREFIXED: tuple[tuple[str, str, Callable[[str], bool] | None], ...] = (
     ("doppler_token", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}", None),
     ("planetscale_token", r"pscale_(?:tkn|pw|oauth)_[A-Za-z0-9_.-]{32,}", None),
     ("onepassword_token", r"ops_eyJ[A-Za-z0-9+/=_-]{40,}", None),
+    ("docker_token", r"dckr_(?:pat|oat)_[A-Za-z0-9_-]{24,}", None),
+    ("square_token", r"EAAA[A-Za-z0-9_-]{60}", token),
+    ("square_token", r"sq0(?:atp|idp|csp)-[0-9A-Za-z_-]{22,}", None),
+    ("facebook_token", r"EAA[BCDG-Z][A-Za-z0-9]{80,}", token),
+    ("mailgun_key", r"key-[0-9a-z]{32}", mixed),
+    ("firebase_key", r"AAAA[A-Za-z0-9_-]{7}:APA91b[A-Za-z0-9_-]{40,}", None),
 )
 
 _KEYS = (  # (the key's literal start, the rest of it, whether a letter or digit may come right before it)
     ("pass", r"(?:word|wd|phrase)", True),  # PGPASSWORD, db_password, passphrase
     ("_pass", r"(?![a-z])", True),  # DB_PASS, SMTP_PASS
+    ("_pat", r"(?![a-z])", True),  # AZURE_DEVOPS_PAT, GH_PAT: a personal access token
     ("pwd", "", False),
     ("secret", r"(?:[_-]?(?:access[_-]?)?key(?:[_-]base)?)?", False),  # SECRET_KEY, secret_access_key
     ("api", r"[_-]?(?:key|secret|token)", False),
@@ -337,6 +283,37 @@ OWN: tuple[Rule, ...] = (
         lowered=True,
     ),
     Rule("basic_auth", lazy(r"(?:-u|--user)[ \t]+[^\s:\"'`]{1,256}:([^\s\"'`]{3,4096})"), group=1, check=token),
+    Rule(  # a Docker config.json's "auth": base64 of user:password
+        "basic_auth",
+        lazy(r"\"auth\"[ \t]*:[ \t]*\"([a-z0-9+/]{8,4096}={0,2})\""),
+        group=1,
+        check=basic_credentials,
+        lowered=True,
+    ),
+    Rule("keyed_secret", lazy(r"sshpass[ \t]+-p[ \t]*([^\s]{4,256})"), group=1, trim=True),  # sshpass -p PASSWORD
+    Rule(  # mysql -pPASSWORD (a password glued to -p; "-p" alone asks for it)
+        "keyed_secret",
+        lazy(r"mysql(?:dump|admin)?[ \t][^\n]{0,200}?[ \t]-p([^\s\"'`]{4,256})"),
+        group=1,
+    ),
+    Rule("keyed_secret", lazy(r"-pass(?:in|out)?[ \t]+pass:([^\s\"'`]{4,256})"), group=1),  # openssl -pass pass:PW
+    Rule(  # a Discord webhook's token: /api/webhooks/<id>/<token>
+        "discord_token", lazy(r"/api/webhooks/[0-9]{17,20}/([A-Za-z0-9_-]{60,})"), group=1
+    ),
+    Rule(  # a signed URL's signature: Azure SAS sig=, S3 / GCS presigned X-Amz-Signature=, X-Goog-Signature=
+        "signed_url",
+        lazy(r"sig(?:nature)?=(?:(?<=[?&;]sig=)|(?<=[?&;]signature=)|(?<=-signature=))([a-z0-9%+/=_.-]{20,4096})"),
+        group=1,
+        check=mixed,
+        lowered=True,
+    ),
+    Rule(  # ?key=<API key> in a URL (Google Maps, many REST APIs; api_key= and the like are keyed values)
+        "keyed_secret",
+        lazy(r"key=(?<=[?&;]key=)([a-z0-9_.~+/-]{16,4096})"),
+        group=1,
+        check=token,
+        lowered=True,
+    ),
 )
 
 RULES: tuple[Rule, ...] = (*(r for r in UPSTREAM.values() if isinstance(r, Rule)), *OWN)

@@ -14,9 +14,10 @@ from collections.abc import Callable, Sequence
 
 from mdmemory.lazyre import lazy
 from mdmemory.redaction import runs
-from mdmemory.redaction.rules import DIGIT, GLUED, UPPER, Rule, cased, first_chars, glued_remainder, mixed
+from mdmemory.redaction.rules import GLUED, Rule, first_chars, glued_remainder
+from mdmemory.redaction.values import DIGIT, UPPER, cased, entropy, mixed
+from mdmemory.redaction.views import Span, mapped
 
-Span = tuple[int, int, str]
 _TOKEN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _WORD = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 _TRIM_LEFT = " \t\r\n=:\"'"
@@ -121,56 +122,26 @@ class Dispatch:
         return found
 
 
-# -- invisible characters -----------------------------------------------------------------------------------
-_IGNORABLE = lazy(
-    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
-    "\u3164\ufe00-\ufe0f\ufeff\uffa0]"
-)
-"""Unicode's default-ignorable characters (zero-width space and joiners, soft hyphen, word joiner, bidi controls,
-variation selectors...): invisible, so a key split by one looks whole to a reader and to a model."""
+# -- cookies --------------------------------------------------------------------------------------------------
+_COOKIE_HEADER = lazy(r"(?:set-)?cookie[ \t]*:[ \t]*")
+_COOKIE_PAIR = lazy(r"(?:^|[;,][ \t]*)[^=;,\s]{1,128}=\"?([^;,\s\"]{16,4096})")
 
 
-def without_ignorables(text: str) -> tuple[str, list[int]] | None:
-    """``text`` with default-ignorable characters removed and the offset in ``text`` of each character kept;
-    None when there are none (the common case, checked by one search)."""
-    if text.isascii() or _IGNORABLE.search(text) is None:
-        return None
-    keep = [i for i, c in enumerate(text) if _IGNORABLE.fullmatch(c) is None]
-    return "".join(text[i] for i in keep), keep
-
-
-def mapped(spans: list[Span], offsets: list[int]) -> list[Span]:
-    """Spans of a view back in the text it was made from (a span covers what was removed inside it)."""
-    return [(offsets[s], offsets[e - 1] + 1, kind) for s, e, kind in spans]
-
-
-_PERCENT = lazy(r"%[0-9A-Fa-f]{2}")
-
-
-def percent_decoded(text: str) -> tuple[str, list[int], list[int]] | None:
-    """``text`` with each ``%XX`` escape decoded to its character (``key%3Dsk-proj-...``, ``%22ghp_...%22``, a
-    header URL-encoded as a whole), and where each character of that view starts and ends in ``text``; None
-    without escapes.
-    Each escape decodes to one character (a byte), so an escaped non-ASCII letter does not line up, and
-    that is no matter: the secrets looked for are ASCII."""
-    if "%" not in text or _PERCENT.search(text) is None:
-        return None
-    pieces: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    pos = 0
-    for m in _PERCENT.finditer(text):
-        pieces.append(text[pos : m.start()])
-        starts.extend(range(pos, m.start()))
-        ends.extend(range(pos + 1, m.start() + 1))
-        pieces.append(chr(int(m[0][1:], 16)))
-        starts.append(m.start())
-        ends.append(m.end())
-        pos = m.end()
-    pieces.append(text[pos:])
-    starts.extend(range(pos, len(text)))
-    ends.extend(range(pos + 1, len(text) + 1))
-    return "".join(pieces), starts, ends
+def cookie_spans(text: str, lowered: str) -> list[Span]:
+    """The values of a ``Cookie:`` or ``Set-Cookie:`` header that look like tokens (a session id is a
+    password for as long as the session lasts): 16+ characters mixing letters and digits."""
+    out: list[Span] = []
+    end = 0
+    for header in _COOKIE_HEADER.finditer(lowered):
+        if header.start() < end:
+            continue  # a second header on a line read already (each line is read once: linear)
+        end = text.find("\n", header.end())
+        end = len(text) if end < 0 else end
+        line = text[header.end() : end]
+        for m in _COOKIE_PAIR.finditer(line):
+            if mixed(m[1]) and entropy(m[1]) >= 3.0:
+                out.append((header.end() + m.start(1), header.end() + m.end(1), "session_cookie"))
+    return out
 
 
 # -- keys wrapped over lines ----------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
-"""The agents one service process serves: each with its ``Memory`` and ``SessionLog``, opened on first use.
+"""The agents one service process serves: each with its ``Memory`` and ``SessionLog`` (an ``Agent``,
+mdmemory.service.openagent), opened when the service starts (mdmemory.service.startup) or on first use.
 
-Every configured agent is served; an unknown id is refused (``UnknownAgent``) unless ``service.autoAgents``,
-which creates ``{home}/agents/{id}/`` from the workspace template on the agent's first retain or recall (a
-status request creates nothing). At most ``max_open`` agents are open at once (``service.maxOpenAgents``,
-mdmemory.service.budget): to open another, the least recently used one that no request is using is closed
-(its index synced first when it has unindexed retains), and it is opened again on its next request. Each
-request holds its agent (``use``) so that it is never closed under it; when every open agent is in use, a
-request for another waits for one (up to ``BUSY_SECONDS``, then ``AgentsBusy``, HTTP 503).
+Every configured agent is served (only those ``serve --agent`` names, with it); an unknown id is refused
+(``UnknownAgent``) unless ``service.autoAgents``, which creates ``{home}/agents/{id}/`` from the workspace
+template on the agent's first retain or recall (a status request creates nothing). At most ``max_open`` agents
+are open at once (``service.maxOpenAgents``, mdmemory.service.budget): to open another, the least recently
+used one that no request is using is closed (its index synced first when it has unindexed retains), and it is
+opened again on its next request. Each request holds its agent (``use``) so that it is never closed under it;
+when every open agent is in use, a request for another waits for one (up to ``BUSY_SECONDS``, then
+``AgentsBusy``, HTTP 503).
 
 Agents whose embedding settings are equal share one provider (a local model is loaded once per process, and
 its computations run on one thread of its own: ``mdmemory.providers.runner``); each agent serialises only its
@@ -14,6 +16,10 @@ own index work.
 
 An agent in ``service.remoteAgents`` is served without its files (mdmemory.service.remote): retains go to the
 shared store's entries, recalls read file text from the index.
+
+Which agent answers a request also depends on its ``pod`` (``service.podScope``, mdmemory.service.pods): an
+agent serves one pod, and under autoAgents another pod's request for the same id is served by that pod's
+own agent ``<id>@<pod>``, created as above in ``{home}/agents/<id>@<pod>/``.
 
 The service always searches the retained turns: the ``sessions`` source (``memorySearch.sources``) is
 switched on for every agent it serves (pack items from them have kind ``session``).
@@ -30,7 +36,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +44,14 @@ from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, 
 from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.filewrite import Folder
 from mdmemory.memory import Memory
-from mdmemory.service.contract import check_agent_id
 from mdmemory.service.drain import Drainer
+from mdmemory.service.openagent import Agent
+from mdmemory.service.pods import Pods, split_id
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
 from mdmemory.service.sessionlog import SessionLog
 from mdmemory.storeconfig import store_path_clash
-from mdmemory.workspace import SESSIONS_DIR
+from mdmemory.workspace import MEMORY_DIR, SESSIONS_DIR
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
 # A recall catches up with hand edits at most this often (a stat of every file each time costs more than the
@@ -67,32 +74,6 @@ class AgentsBusy(AgentUnavailable):
     """Every open agent is in use, so no other may be opened now (HTTP 503)."""
 
 
-@dataclass
-class Agent:
-    config: AgentConfig
-    memory: Memory
-    log: SessionLog | RemoteLog  # LocalLog (a SessionLog) for an agent in the shared store whose files are here
-    lock: threading.Lock  # around the writes of ``memory``: sync, forget, catching up
-    readers: Readers  # what recalls search with, side by side
-    dirty: bool = field(default=False)
-    drainer: Drainer | None = None  # writes what replicas without the files retained (shared store, files here)
-    users: int = field(default=0)  # requests and background passes holding it (``Agents.use``): never closed then
-
-    def catch_up(self) -> None:
-        """Bring the index up to date with the files before a recall: at once after a retain or forget
-        through the service (``Memory.changed``), else at most every ``CATCH_UP_SECONDS`` and only when no
-        sync is running already (the one that is catches up)."""
-        mem = self.memory
-        if mem.change_announced:
-            with self.lock:
-                mem.catch_up()
-        elif mem.catch_up_due() and self.lock.acquire(blocking=False):
-            try:
-                mem.catch_up()
-            finally:
-                self.lock.release()
-
-
 def with_sessions(agent: AgentConfig) -> AgentConfig:
     """``agent`` searching its ``sessions/`` folder too (see the module docstring)."""
     ms = agent.memory_search
@@ -110,9 +91,16 @@ def provider_key(agent: AgentConfig) -> str:
 class Agents:
     """The served agents, opened lazily, at most ``max_open`` at once (see the module docstring)."""
 
-    def __init__(self, config: Config, env: Mapping[str, str] | None = None, max_open: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        env: Mapping[str, str] | None = None,
+        max_open: int | None = None,
+        served: frozenset[str] | None = None,
+    ) -> None:
         self.config = config
         self.env = env
+        self.served = served  # ``serve --agent``: only these ids (None: every configured one, and autoAgents)
         self.max_open = max_open or config.service.max_open_agents or DEFAULT_MAX_OPEN
         self._open: OrderedDict[str, Agent | None] = OrderedDict()  # least recently used first; None: opening
         self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
@@ -120,25 +108,27 @@ class Agents:
         self._opening = threading.Lock()  # around making an agent's provider choice
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
         self.closed_idle = 0  # agents closed to make room since start
+        self._threads: int | None = None  # ``limit_threads``: also for providers made later
         self.remote = remote_agents(config.service.remote_agents, os.environ if env is None else env)  # autoAgents
+        self.pods = Pods(config, self.config_of)
 
     def ids(self) -> list[str]:
-        return [a.id for a in self.config.agents]
+        return [a.id for a in self.config.agents if self.served is None or a.id in self.served]
 
     @contextlib.contextmanager
-    def use(self, agent_id: str, *, create: bool = True) -> Iterator[Agent]:
+    def use(self, agent_id: str, *, create: bool = True, pod: str | None = None) -> Iterator[Agent]:
         """The agent, open and held until the block ends. ``create=False``: UnknownAgent for an autoAgents
-        agent that does not exist yet, instead of creating it."""
-        agent = self.acquire(agent_id, create=create)
+        agent that does not exist yet, instead of creating it (and no pod claims it)."""
+        agent = self.acquire(agent_id, create=create, pod=pod)
         try:
             yield agent
         finally:
             self.release(agent)
 
-    def acquire(self, agent_id: str, *, create: bool = True) -> Agent:
-        """Hold the agent (open it first when it is not); ``release`` it when done. May wait (see the module
-        docstring): call it off the event loop, or ``held`` first."""
-        check_agent_id(agent_id)
+    def acquire(self, agent_id: str, *, create: bool = True, pod: str | None = None) -> Agent:
+        """Hold the agent that answers ``agent_id`` from ``pod`` (open it first when it is not); ``release`` it
+        when done. May wait (see the module docstring): call it off the event loop, or ``held`` first."""
+        agent_id = self.pods.key(agent_id, pod, create=create)  # "<id>@<pod>": the pod's own (autoAgents)
         deadline = time.monotonic() + BUSY_SECONDS
         with self._lock:
             while True:
@@ -244,7 +234,22 @@ class Agents:
                 return opened.memory.current_choice
             return self._choices.get(provider_key(config)) if config is not None else None
 
+    def limit_threads(self, threads: int) -> None:
+        """Every provider of this process computes on at most ``threads`` threads from now on (its
+        indexing shares the machine with the recall workers)."""
+        with self._lock:
+            self._threads = threads
+            choices = list(self._choices.values())
+        for choice in choices:
+            if choice is not None and choice.provider is not None:
+                choice.provider.limit_threads(threads)
+
     def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
+        if self.served is not None and agent_id not in self.served:
+            raise UnknownAgent(
+                f"agent {agent_id!r} is not served here: this service was started for {', '.join(sorted(self.served))} "
+                "(serve --agent). Fix: call the service that serves it, or start this one without --agent"
+            )
         for agent in self.config.agents:
             if agent.id == agent_id:
                 return agent
@@ -256,11 +261,27 @@ class Agents:
         return self._create(agent_id, create)
 
     def _create(self, agent_id: str, create: bool) -> AgentConfig:
+        """An autoAgents agent, ``agent_id`` or a pod's own ``<id>@<pod>``, with the default agent's settings."""
+        plain, _ = split_id(agent_id)
         base = self.config.agent()
         root = (self.config.home / "agents").resolve()
         workspace = (root / agent_id).resolve()
-        if workspace.parent != root:  # check_agent_id already refuses "." and ".."; never leave the root
+        if workspace.parent != root:  # ids and pods are never "." or ".."; never leave the root
             raise UnknownAgent(f"agent id {agent_id!r} names a path outside {root}")
+        twin = self._case_twin(agent_id, root)
+        if twin is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: it differs from agent {twin!r} only by case, and on a "
+                "case-insensitive file system (macOS, Windows) both would be one folder and one index. Fix: send "
+                f"{twin!r}, or choose another id"
+            )
+        owner = self._owner(workspace)
+        if owner is not None:
+            raise InvalidArgumentError(
+                f"agent_id: {agent_id!r} cannot be created: its workspace {workspace} would share the files of "
+                f"agent {owner.id!r} (workspace {owner.workspace}), which would then read and write that agent's "
+                f"memory. Fix: choose another id, or move agent {owner.id!r}'s workspace out of {root}"
+            )
         template = base.memory_search.store.path
         if "{agentId}" not in template:
             template = DEFAULT_STORE_PATH
@@ -271,7 +292,7 @@ class Agents:
                 f"would be taken for one of the files beside agent {clash!r}'s index. Fix: choose another id"
             )
         store = Path(template.replace("{agentId}", agent_id).replace("{home}", str(self.config.home))).absolute()
-        here = not is_remote(agent_id, self.remote)
+        here = not (is_remote(agent_id, self.remote) or is_remote(plain, self.remote))
         if not create and not (workspace.is_dir() or store.exists()):
             raise UnknownAgent(
                 f"unknown agent {agent_id!r}: it has retained nothing here yet (service.autoAgents creates it on its "
@@ -284,7 +305,32 @@ class Agents:
             else:
                 (workspace / "memory").mkdir(parents=True)
                 (workspace / "MEMORY.md").write_text("# Long-term memory\n", encoding="utf-8")
-        return replace(base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here)
+        return replace(
+            base, id=agent_id, workspace=workspace, store_path=store, default=False, files_here=here, pod=None
+        )
+
+    def _case_twin(self, agent_id: str, root: Path) -> str | None:
+        """A configured or existing agent whose id differs from ``agent_id`` by case only, unless ``agent_id``
+        has a folder of its own already (made before, on a case-sensitive file system: it keeps working)."""
+        folded = agent_id.casefold()
+        names = [a.id for a in self.config.agents]
+        with contextlib.suppress(OSError):
+            names += os.listdir(root)
+        if agent_id in names:
+            return None
+        return next((n for n in names if n.casefold() == folded), None)
+
+    def _owner(self, workspace: Path) -> AgentConfig | None:
+        """The configured agent whose memory an auto-created agent at ``workspace`` would share: the same
+        folder, one inside its ``memory/`` or ``sessions/``, or one holding its workspace."""
+        for other in self.config.agents:
+            theirs = Path(other.workspace).resolve()
+            inside = workspace.is_relative_to(theirs) and workspace != theirs
+            if workspace == theirs or theirs.is_relative_to(workspace):
+                return other
+            if inside and workspace.relative_to(theirs).parts[0] in (MEMORY_DIR, SESSIONS_DIR):
+                return other
+        return None
 
     def _open_agent(self, agent_id: str, create: bool) -> Agent:
         """Open the agent (outside the lock); an open that runs out of file descriptors closes an idle agent
@@ -320,12 +366,17 @@ class Agents:
                     Folder(agent.workspace, [SESSIONS_DIR], create=True).close()  # never through a symlink
             shared = agent.memory_search.store.backend == "postgres"
             log = LocalLog(agent) if shared else SessionLog(agent)
+            log.repair()  # before the first recall indexes the files: a crash's leftovers go first
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
         key = provider_key(agent)
         with self._opening:  # two agents with the same settings opened at once must not load two models
             memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
             memory.catch_up_interval = CATCH_UP_SECONDS
+            memory.catch_up_budgeted = True  # text only, within the recall's budget: vectors follow
+            memory.background = "owner"  # the background indexer (mdmemory.service.server) embeds them
+            if key not in self._choices and self._threads is not None and memory.choice.provider is not None:
+                memory.choice.provider.limit_threads(self._threads)
             self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
@@ -337,6 +388,8 @@ class Agents:
                 with contextlib.suppress(MdMemoryError, OSError):
                     agent.memory.sync()  # its retains indexed before it closes (else: at its next open)
             agent.readers.close()
+            if agent.embedder is not None:
+                agent.embedder.close(provider=False)
             agent.memory.close(provider=agent.memory.current_choice is not shared)
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from mdmemory.errors import InvalidArgumentError, MdMemoryError
 from mdmemory.service.canonical import id_from_json
-from mdmemory.service.contract import check_agent_id, check_entry, check_json
+from mdmemory.service.contract import check_agent_id, check_entry, check_json, check_pod
 
 Retain = Callable[[str, dict[str, Any]], str]  # (agent_id, entry) -> "retained" | "duplicate" | "forgotten"
 
@@ -128,13 +128,16 @@ def backfill(
     return summary
 
 
-def http_retain(url: str, token: str | None, timeout: float = 30.0) -> Retain:
-    """A ``Retain`` that POSTs to a running service's ``/retain``."""
+def http_retain(url: str, token: str | None, timeout: float = 30.0, pod: str | None = None) -> Retain:
+    """A ``Retain`` that POSTs to a running service's ``/retain`` (as from ``pod``, when given)."""
     endpoint = url.rstrip("/") + "/retain"
+    check_pod(pod, "--pod")
+    scope = {"pod": pod} if pod else {}
 
     def retain(agent_id: str, entry: dict[str, Any]) -> str:
-        body = json.dumps({"agent_id": agent_id, "metadata": {"path": "retain"}, "entry": entry}).encode("utf-8")
-        req = urllib.request.Request(endpoint, body, {"Content-Type": "application/json"}, method="POST")
+        body = {"agent_id": agent_id, **scope, "metadata": {"path": "retain"}, "entry": entry}
+        data = json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(endpoint, data, {"Content-Type": "application/json"}, method="POST")
         if token:
             req.add_header("Authorization", f"Bearer {token}")
         try:

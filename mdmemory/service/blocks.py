@@ -44,7 +44,6 @@ _STRUCTURE = re.compile(
     rb"^(?:## (\d\d:\d\d:\d\d) \xc2\xb7 ([^\n]*) \xc2\xb7 (" + _ID + rb")|<!-- /(" + _ID + rb") -->)\r?$", re.M
 )
 _CLOSE = "<!-- /{id} -->"
-MAX_PART_CHARS = 16_000  # one message's text in a block (longer text is cut with a note)
 LABELS = ("**User:** ", "**Assistant:** ", "_Tool calls: ")
 
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")
@@ -58,6 +57,7 @@ _UN_HEADING_TIME = re.compile(r"\\(?=#+[ \t]*\d\d:\d\d:\d\d)")
 _UN_COMMENT = re.compile(r"<\\(?=\\*!--)")
 
 _HEADER = b"# Sessions 0000-00-00\n\n"  # "0" stands for any digit
+_FILE_HEADER = re.compile(r"# Sessions \d{4}-\d{2}-\d{2}\r?")
 _HEADING_START = b"## 00:00:00 \xc2\xb7 "
 
 
@@ -79,12 +79,9 @@ class Rendered:
 
 
 def clean(text: str) -> str:
-    """A message's text as a block keeps it: line endings as ``\\n``, NUL and lone surrogates as U+FFFD,
-    stripped, and cut at ``MAX_PART_CHARS`` with a note."""
-    text = _UNSAFE.sub("\ufffd", normalise_line_endings(text)).strip()
-    if len(text) > MAX_PART_CHARS:
-        text = text[:MAX_PART_CHARS] + " …(cut)"
-    return text
+    """A message's text as a block keeps it: line endings as ``\\n``, NUL and lone surrogates as U+FFFD, stripped
+    (whole: how much of a long message is kept is mdmemory.service.retained's ``stored_text``)."""
+    return _UNSAFE.sub("\ufffd", normalise_line_endings(text)).strip()
 
 
 def escape(text: str) -> str:
@@ -103,6 +100,19 @@ def unescape(text: str) -> str:
 
 def file_header(day: str) -> str:
     return f"# Sessions {day}\n\n"
+
+
+def structure_of(line: str) -> str | None:
+    """What one line of a session file (without its line ending) is: ``"heading"`` or ``"closing"`` of a
+    block, ``"header"`` (the file's ``# Sessions YYYY-MM-DD``), else None (text)."""
+    if not line.startswith(("## ", "<!-- /", "# Sessions ")):
+        return None
+    if _FILE_HEADER.fullmatch(line):
+        return "header"
+    m = _STRUCTURE.fullmatch(line.encode("utf-8", "surrogateescape"))
+    if m is None:
+        return None
+    return "heading" if m[3] is not None else "closing"
 
 
 def closing(entry_id: str) -> str:
@@ -125,7 +135,7 @@ def appended(data: bytes, day: str, block: str) -> bytes:
 
 def render(entry_id: str, time_of_day: str, model: str, turn: Turn) -> str:
     """One block, ending with a newline; ``turn`` must already be redacted."""
-    model = re.sub(r"[^\w.:/@+-]", "_", model or "unknown-model")[:80] or "unknown-model"
+    model = re.sub(r"[^\w.:/@+\[\]-]", "_", model or "unknown-model")[:80] or "unknown-model"  # [REDACTED:kind]
     lines = [f"## {time_of_day} · {model} · {entry_id}", ""]
     for label, text in zip(LABELS, (turn.user, turn.assistant, ", ".join(turn.tools)), strict=True):
         body = escape(clean(text))

@@ -6,23 +6,26 @@ Followed field for field from cllama ``internal/proxy/memory.go`` (``memoryRecal
 ``transcript_tail``) and Clawdapus ``examples/reference-memory/main.go`` (``memoryForgetRequest``: ``agent_id,
 pod, metadata, entry_ids, reason``; retain answers 202, forget 204).
 
-What a retained turn keeps: the last user message that has text (OpenAI ``messages[].content`` as a string or
-``[{type: "text", text}]``; Anthropic the same plus ``tool_result`` parts, which are dropped) from
-``request_original`` (``request_effective`` carries the recalled memory the proxy injected), and the assistant's
-final text from ``response.json`` (OpenAI ``choices[0].message``, Anthropic ``content[]``) or ``response.text``
-(an SSE stream of either provider), with its tool calls summarised in one line and tool output dropped.
+What a retained turn keeps: the user messages since the last assistant message (else, in a tool loop, the last
+user message that has text; OpenAI ``messages[].content`` as a string or ``[{type: "text", text}]``; Anthropic
+the same plus ``tool_result`` parts, which are dropped) from ``request_original`` (``request_effective`` carries
+the recalled memory the proxy injected), and the assistant's final text from ``response.json`` (OpenAI
+``choices[0].message``, Anthropic ``content[]``) or ``response.text`` (an SSE stream of either provider), with
+its tool calls summarised in one line and tool output dropped.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from mdmemory.errors import InvalidArgumentError
+from mdmemory.redaction import find_secrets
+from mdmemory.service.payloads import content_text, response_json, response_sse
 
 MAX_RECALL_BLOCKS = 8  # memory.go maxRecallBlocks
 MAX_RECALL_TEXT_BYTES = 8 * 1024  # memory.go maxRecallTextBytes
@@ -38,7 +41,9 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_REASON_BYTES = 1024  # a forget's reason, kept in sessions/.tombstones.jsonl
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)  # entry.ts: a day inside the years datetime can hold at each end
 LATEST = datetime(9999, 12, 30, tzinfo=UTC)
-_MEMORY_BLOCK = re.compile(r"--- BEGIN MEMORY \(from [^)]*\) ---.*?--- END MEMORY ---", re.DOTALL)
+_MEMORY_BEGIN_LITERAL = "--- BEGIN MEMORY (from "
+_MEMORY_BEGIN = re.compile(r"--- BEGIN MEMORY \(from [^)]{0,200}\) ---")
+_MEMORY_END = "--- END MEMORY ---"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,24 @@ def check_agent_id(value: Any, field: str = "agent_id") -> str:
         raise bad(field, "required, a string of 1-64 letters, digits, '.', '_' or '-'")
     if not AGENT_ID.fullmatch(value) or value in (".", ".."):
         raise bad(field, f"{value[:80]!r} is not a valid agent id (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    found = find_secrets(value)
+    if found:  # an id shows in telemetry, status and folder names: a token there would leak everywhere
+        raise bad(field, f"looks like a secret ({found[0][2]}), not an agent id. Fix: send the agent's name")
+    return value
+
+
+def check_pod(value: Any, field: str = "pod") -> str | None:
+    """A request's pod (cllama: metadata.json's ``pod``, left out when empty): None when absent, null or
+    empty; else a name with an agent id's rule (it names folders and index files: ``<id>@<pod>``)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise bad(field, "expected a pod name (a string) or nothing")
+    if not AGENT_ID.fullmatch(value) or value in (".", ".."):
+        raise bad(field, f"{value[:80]!r} is not a valid pod name (1-64 of A-Z a-z 0-9 . _ -, not '.' or '..')")
+    found = find_secrets(value)
+    if found:  # a pod shows in telemetry, status and folder names (<id>@<pod>): a token there would leak
+        raise bad(field, f"looks like a secret ({found[0][2]}), not a pod name. Fix: send the pod's name")
     return value
 
 
@@ -68,40 +91,109 @@ def check_object(body: Any, name: str = "body") -> dict[str, Any]:
     return body
 
 
+# Fields the proxy always sends with these types (cllama memory.go ``memoryMetadata``, sessionhistory ``Entry``):
+# another type is a client's mistake, answered 400 naming the field. Provider payloads inside the entry
+# (request bodies, responses) vary by provider and stay tolerant (mdmemory.service.payloads).
+_METADATA_STRINGS = ("service", "type", "path", "requested_model", "timezone")
+_ENTRY_STRINGS = ("ts", "claw_id", "path", "requested_model", "effective_provider", "effective_model", "status")
+_ENTRY_OBJECTS = {
+    "request_original": "the request body the agent sent, a JSON object",
+    "request_effective": "the request body sent upstream, a JSON object",
+    "response": '{format: "json"|"sse", json?, text?}',
+    "usage": "{prompt_tokens?, completion_tokens?, reported_cost_usd?}",
+}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return _number(value) and (isinstance(value, int) or (math.isfinite(value) and value.is_integer()))
+
+
 def check_metadata(body: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` (an object, or absent) and ``pod`` (a string, or absent), the types the proxy sends."""
+    pod = body.get("pod")
+    if pod is not None and not isinstance(pod, str):
+        raise bad("pod", f"expected a string (the pod's name), got {_kind(pod)}")
     meta = body.get("metadata")
     if meta is None:
         return {}
     if not isinstance(meta, dict):
-        raise bad("metadata", "expected an object or null")
-    tz = meta.get("timezone")
-    if tz is not None and not isinstance(tz, str):
-        raise bad("metadata.timezone", "expected an IANA time zone name such as 'Europe/Lisbon'")
+        raise bad("metadata", f"expected an object ({{service, type, path, timezone?}}), got {_kind(meta)}")
+    for key in _METADATA_STRINGS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            example = " (an IANA time zone name such as 'Europe/Lisbon')" if key == "timezone" else ""
+            raise bad(f"metadata.{key}", f"expected a string{example}, got {_kind(meta[key])}")
+    if meta.get("policy_removed") is not None and not _integer(meta["policy_removed"]):
+        raise bad("metadata.policy_removed", f"expected a count, got {_kind(meta['policy_removed'])}")
     return meta
+
+
+def check_recall(body: dict[str, Any]) -> None:
+    """``messages`` a list (the agent's messages, as its provider takes them) and ``system`` a string or a list
+    of blocks, when present."""
+    messages = body.get("messages")
+    if messages is not None and not isinstance(messages, list):
+        raise bad("messages", f"expected a list of messages ({{role, content}}), got {_kind(messages)}")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise bad("system", f"expected a string or a list of content blocks, got {_kind(system)}")
 
 
 def check_entry(body: dict[str, Any]) -> dict[str, Any]:
     entry = body.get("entry")
     if not isinstance(entry, dict):
-        raise bad("entry", "required, one session-history entry object")
+        got = "nothing" if entry is None else _kind(entry)
+        raise bad("entry", f"required, one session-history entry object (a history.jsonl line), got {got}")
     own = entry.get("id")
     if own not in (None, "") and (not isinstance(own, str) or not ENTRY_ID.fullmatch(own.strip())):
         raise bad("entry.id", "expected an id such as hist1_<sha256 hex> (1-128 of A-Z a-z 0-9 . _ : -)")
     if not isinstance(entry.get("ts"), str) or not entry["ts"]:
         raise bad("entry.ts", "required, an RFC 3339 time")
     check_time(entry["ts"], "entry.ts")
+    for name in _ENTRY_STRINGS:
+        if entry.get(name) is not None and not isinstance(entry[name], str):
+            raise bad(f"entry.{name}", f"expected a string, got {_kind(entry[name])}")
     for name in ("version", "status_code"):
+        if entry.get(name) is not None and not _integer(entry[name]):
+            raise bad(f"entry.{name}", f"expected an integer, got {_kind(entry[name])}")
         check_int64(entry.get(name), f"entry.{name}")
-    usage = entry.get("usage")
-    if isinstance(usage, dict):
-        for name in ("prompt_tokens", "completion_tokens"):
-            check_int64(usage.get(name), f"entry.usage.{name}")
-    resp = entry.get("response")
-    if resp is not None and not isinstance(resp, dict):
-        raise bad("entry.response", 'expected {format: "json"|"sse", json?, text?}')
-    if isinstance(resp, dict) and resp.get("format") not in (None, "", "json", "sse"):
+    if entry.get("stream") is not None and not isinstance(entry["stream"], bool):
+        raise bad("entry.stream", f"expected true or false, got {_kind(entry['stream'])}")
+    for name, shape in _ENTRY_OBJECTS.items():
+        if entry.get(name) is not None and not isinstance(entry[name], dict):
+            raise bad(f"entry.{name}", f"expected {shape}, got {_kind(entry[name])}")
+    if entry.get("tool_trace") is not None and not isinstance(entry["tool_trace"], list):
+        raise bad("entry.tool_trace", f"expected a list of tool rounds, got {_kind(entry['tool_trace'])}")
+    usage = entry.get("usage") or {}
+    for name in ("prompt_tokens", "completion_tokens", "reported_cost_usd"):
+        if usage.get(name) is not None and not _number(usage[name]):
+            raise bad(f"entry.usage.{name}", f"expected a number, got {_kind(usage[name])}")
+    for name in ("prompt_tokens", "completion_tokens"):
+        check_int64(usage.get(name), f"entry.usage.{name}")
+    resp = entry.get("response") or {}
+    if resp.get("format") not in (None, "", "json", "sse"):
         raise bad("entry.response.format", 'expected "json" or "sse"')
+    if resp.get("text") is not None and not isinstance(resp["text"], str):
+        raise bad("entry.response.text", f"expected the SSE stream as a string, got {_kind(resp['text'])}")
     return entry
+
+
+def _kind(value: Any) -> str:
+    """What a JSON value is, for an error message (never the value: it may be memory text)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return "null" if value is None else type(value).__name__
 
 
 def check_entry_ids(body: dict[str, Any]) -> list[str]:
@@ -185,50 +277,69 @@ def _field(where: Any) -> str:
 # -- message text --------------------------------------------------------------------------------------
 
 
-def content_text(content: Any) -> str:
-    """The text of a message's content: a string, or the ``text`` parts of a list (other parts dropped)."""
-    if isinstance(content, str):
-        return content.strip()
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, dict) and part.get("type") in ("text", "input_text") and "text" in part:
-                if isinstance(part["text"], str):
-                    parts.append(part["text"])
-        return "\n".join(p.strip() for p in parts if p.strip())
-    return ""
-
-
 def _strip_memory(text: str) -> str:
-    return _MEMORY_BLOCK.sub("", text).strip()
+    """``text`` without the memory blocks the proxy injected (``--- BEGIN MEMORY (from …) ---`` to the next
+    ``--- END MEMORY ---``); linear in the text, however many unclosed beginnings it holds."""
+    if _MEMORY_BEGIN_LITERAL not in text:
+        return text.strip()
+    out, pos = [], 0
+    while (m := _MEMORY_BEGIN.search(text, pos)) is not None:
+        end = text.find(_MEMORY_END, m.end())
+        if end < 0:
+            break
+        out.append(text[pos : m.start()])
+        pos = end + len(_MEMORY_END)
+    out.append(text[pos:])
+    return "".join(out).strip()
 
 
-def message_texts(messages: Any) -> list[tuple[str, str]]:
-    """``(role, text)`` of every message with text, in order; tool messages and tool results dropped."""
-    out: list[tuple[str, str]] = []
+def _texts_from_end(messages: Any) -> Iterator[tuple[int, str, str]]:
+    """``(index, role, text)`` of the user and assistant messages with text, last first (tool messages and tool
+    results have none); read lazily, so that the last turn of a long conversation costs only itself."""
     if not isinstance(messages, list):
-        return out
-    for m in messages:
+        return
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
         if not isinstance(m, dict) or m.get("role") not in ("user", "assistant"):
             continue
         text = _strip_memory(content_text(m.get("content")))
         if text:
-            out.append((m["role"], text))
-    return out
+            yield i, m["role"], text
+
+
+def message_texts(messages: Any) -> list[tuple[str, str]]:
+    """``(role, text)`` of every message with text, in order; tool messages and tool results dropped."""
+    return [(role, text) for _, role, text in reversed(list(_texts_from_end(messages)))]
+
+
+def _query_messages(messages: Any) -> list[tuple[int, str, str]]:
+    """What ``recall_query`` reads: the latest user message with text and the text message before it, last
+    first (empty without a user message)."""
+    found: list[tuple[int, str, str]] = []
+    for item in _texts_from_end(messages):
+        if found or item[1] == "user":
+            found.append(item)
+        if len(found) == 2:
+            break
+    return found
 
 
 def recall_query(body: dict[str, Any]) -> str:
     """The latest user message; when it is short, with a little of the message before it in front."""
-    texts = message_texts(body.get("messages"))
-    last = next((i for i in range(len(texts) - 1, -1, -1) if texts[i][0] == "user"), None)
-    if last is None:
+    found = _query_messages(body.get("messages"))
+    if not found:
         return ""
-    query = texts[last][1]
-    if len(query) < SHORT_QUERY_CHARS and last > 0:
-        query = texts[last - 1][1][-CONTEXT_CHARS:] + "\n" + query
+    query = found[0][2]
+    if len(query) < SHORT_QUERY_CHARS and len(found) > 1:
+        query = found[1][2][-CONTEXT_CHARS:] + "\n" + query
     return query[-MAX_QUERY_CHARS:]
+
+
+def recall_messages(messages: Any) -> Any:
+    """The end of ``messages`` that ``recall_query`` reads (``recall_query`` of it is the same): what a recall
+    worker needs of a long conversation."""
+    found = _query_messages(messages)
+    return messages[found[-1][0] :] if found else []
 
 
 def _request(entry: dict[str, Any]) -> dict[str, Any]:
@@ -239,95 +350,10 @@ def _request(entry: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _dict(value: Any) -> dict[str, Any]:
-    """``value`` when it is an object, else an empty one: a body of the wrong shape is read as absent."""
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _tool_line(name: Any) -> str:
-    return str(name) if isinstance(name, str) and name else "tool"
-
-
-def _openai_message(msg: dict[str, Any]) -> tuple[str, list[str]]:
-    calls = [c for c in _list(msg.get("tool_calls")) if isinstance(c, dict)]
-    tools = [_tool_line(_dict(c.get("function")).get("name")) for c in calls]
-    return content_text(msg.get("content")), tools
-
-
-def _anthropic_content(content: list[Any]) -> tuple[str, list[str]]:
-    text = content_text(content)
-    tools = [_tool_line(p.get("name")) for p in content if isinstance(p, dict) and p.get("type") == "tool_use"]
-    return text, tools
-
-
-def response_json(resp: Any) -> tuple[str, list[str]]:
-    """Final text and tool names of a non-streamed OpenAI or Anthropic response."""
-    if not isinstance(resp, dict):
-        return "", []
-    choices = resp.get("choices")
-    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-        msg = choices[0].get("message")
-        return _openai_message(msg) if isinstance(msg, dict) else ("", [])
-    if isinstance(resp.get("content"), list):
-        return _anthropic_content(resp["content"])
-    return "", []
-
-
-def _sse_events(text: str) -> list[Any]:
-    events = []
-    for line in text.splitlines():
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if not data or data == "[DONE]":
-            continue
-        try:
-            events.append(json.loads(data))
-        except (ValueError, RecursionError):
-            continue  # not an event (a line nested past the parser's depth included)
-    return events
-
-
-def response_sse(text: str) -> tuple[str, list[str]]:
-    """Final text and tool names of an SSE stream: OpenAI chat chunks or Anthropic message events."""
-    parts: list[str] = []
-    tools: dict[Any, str] = {}
-    for ev in _sse_events(text):
-        if not isinstance(ev, dict):
-            continue
-        if isinstance(ev.get("choices"), list):  # OpenAI chat.completion.chunk
-            for choice in ev["choices"]:
-                delta = choice.get("delta") if isinstance(choice, dict) else None
-                if not isinstance(delta, dict):
-                    continue
-                if isinstance(delta.get("content"), str):
-                    parts.append(delta["content"])
-                for call in _list(delta.get("tool_calls")):
-                    if isinstance(call, dict):
-                        key, name = ("o", repr(call.get("index"))), _dict(call.get("function")).get("name")
-                        if name or key not in tools:
-                            tools[key] = _tool_line(name)
-        elif ev.get("type") == "content_block_start":  # Anthropic
-            block = _dict(ev.get("content_block"))
-            if block.get("type") == "tool_use":
-                tools[("a", repr(ev.get("index")))] = _tool_line(block.get("name"))
-            elif block.get("type") == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-        elif ev.get("type") == "content_block_delta":
-            delta = _dict(ev.get("delta"))
-            if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
-                parts.append(delta["text"])
-    return "".join(parts).strip(), list(tools.values())
-
-
 def turn_of(entry: dict[str, Any]) -> Turn:
     """The last user message and the assistant's final text of a session-history entry."""
-    texts = message_texts(_request(entry).get("messages"))
-    user = next((t for role, t in reversed(texts) if role == "user"), "")
+    messages = _request(entry).get("messages")
+    user = _user_text(messages) or next((text for _, role, text in _texts_from_end(messages) if role == "user"), "")
     resp: dict[str, Any] = entry["response"] if isinstance(entry.get("response"), dict) else {}
     text = resp["text"] if isinstance(resp.get("text"), str) else ""
     if resp.get("format") == "sse" or (not resp.get("format") and text):
@@ -335,3 +361,37 @@ def turn_of(entry: dict[str, Any]) -> Turn:
     else:
         assistant, tools = response_json(resp.get("json"))
     return Turn(user, assistant, tuple(dict.fromkeys(tools)))
+
+
+def _user_text(messages: Any) -> str:
+    """The text of the user messages after the last assistant message (two sent in a row are both new), or ""
+    when they have none (a tool result answering the assistant: the question is the last user text before)."""
+    if not isinstance(messages, list):
+        return ""
+    texts: list[str] = []
+    for m in reversed(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "assistant":
+            break
+        if role == "user" and (text := _strip_memory(content_text(m.get("content")))):
+            texts.append(text)
+    return "\n\n".join(reversed(texts))
+
+
+def empty_turn(entry: dict[str, Any]) -> InvalidArgumentError:
+    """The error for an entry whose turn holds nothing to retain, saying what is missing where."""
+    where = []
+    if not _request(entry):
+        where.append("entry.request_original has no messages")
+    else:
+        where.append("entry.request_original.messages has no user message with text")
+    resp = entry.get("response")
+    if not resp:
+        where.append("entry.response is missing")
+    else:
+        where.append("entry.response holds no assistant text or tool call")
+    return bad(
+        "entry",
+        f"nothing to retain ({'; '.join(where)}). Fix: send the turn's request and response, as the proxy's "
+        "session history records them",
+    )

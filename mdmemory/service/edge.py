@@ -1,5 +1,5 @@
 """What every request must be before a route sees it: not from a web page, for this machine when no token is
-asked for, JSON when it has a body; and the body itself, read within the size limit and checked as JSON.
+asked for, JSON when it has a body (the body itself is read by mdmemory.service.bodies).
 
 The service has no browser clients (the proxy, ``mdmemory backfill``, curl). A web page can still send
 requests to ``127.0.0.1``: a form or ``fetch`` POST with ``text/plain`` goes out without a preflight, and a
@@ -18,16 +18,13 @@ and with ``service.auth: "loopback"`` (no token) the ``Host`` header must name t
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Iterable
-from typing import Any
 
-from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mdmemory.service.contract import MAX_JSON_DEPTH, check_json
+from mdmemory.redaction import redact
 
 _PORT = re.compile(r":\d{1,5}")
 BROWSER = (
@@ -43,7 +40,9 @@ class HttpError(Exception):
 
 
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    """The JSON error answer; ``message`` redacted (it may quote a field's value or a path, which may hold a
+    token: a 400 for ``metadata.timezone`` quotes what was sent, a 503 where a symlink points)."""
+    return JSONResponse({"error": redact(message)}, status_code=status)
 
 
 def host_is_loopback(host: str) -> bool:
@@ -121,37 +120,3 @@ class EdgeRules:
                 await error(*refused)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body as a JSON object; 413 past ``limit`` bytes (also for chunked bodies), 400 when it is not JSON
-    or not JSON this service takes (``check_json``). The bytes stay in ``request.state.raw`` (a recall worker
-    parses them again rather than a re-encoding)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
-    data = bytearray()
-    try:
-        async for chunk in request.stream():
-            data += chunk
-            if len(data) > limit:
-                raise HttpError(413, f"request body over {limit} bytes (service.maxBodyBytes)")
-    except ClientDisconnect:
-        raise HttpError(408, "the client went away, or sent its body too slowly (service.bodyTimeoutMs)") from None
-    request.state.raw = raw = bytes(data)
-    try:
-        body = json.loads(raw, parse_constant=_constant)
-    except RecursionError:
-        raise HttpError(400, f"body: JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
-    except ValueError as exc:
-        raise HttpError(400, f"body: invalid JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise HttpError(400, "body: expected a JSON object")
-    problem = check_json(body)
-    if problem is not None:
-        raise HttpError(400, problem)
-    return body
-
-
-def _constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")

@@ -3,12 +3,15 @@
 Built by the ContextPack (``Memory.pack``) within the proxy's limits (cllama ``internal/proxy/memory.go``:
 at most ``maxRecallBlocks`` 8 blocks, ``maxRecallTextBytes`` 8 KiB of text in all, and a response body of at
 most ``maxMemoryBlockBytes`` 16 KiB, beyond which the proxy drops the whole answer). Every text ends with its
-citation (``Source: path#Lx-Ly``) and passes through redaction; no block has a kind the proxy drops.
+citation (``Source: path#Lx-Ly``) and passes through redaction; no block has a kind the proxy drops. A
+retained turn reads ``**User:** … **Assistant:** …`` as it was said: no entry id, no marker, no escape
+(the pack shows session day files so: mdmemory.sessionview.prompt_text).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from mdmemory.memory import Memory
@@ -25,6 +28,19 @@ RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citat
 
 
 _EMPTY_BODY = len(b'{"memories": []}')
+# What the proxy replaces in each recalled text before it counts the text's bytes (memory.go
+# memorySecretPattern, memoryBearerPattern; RE2's \b is ASCII): "sk-" and 6 characters grow to 17.
+_PROXY_SCRUBS = (
+    (re.compile(r"sk-[A-Za-z0-9_-]{6,}"), "[redacted-secret]"),
+    (re.compile(r"\bBearer[ \t]+[A-Za-z0-9._-]{8,}", re.I | re.ASCII), "Bearer [redacted]"),
+)
+
+
+def proxy_size(text: str) -> int:
+    """The UTF-8 bytes ``text`` counts for in the proxy's 8 KiB, after its own scrubbing."""
+    for pattern, marker in _PROXY_SCRUBS:
+        text = pattern.sub(marker, text)
+    return len(text.encode("utf-8"))
 
 
 def _json_size(block: dict[str, Any]) -> int:
@@ -41,8 +57,11 @@ def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
         kind = str(item.get("kind") or "")
         if kind in BLOCKED_KINDS or len(out) >= MAX_RECALL_BLOCKS:
             continue
-        text = redact(str(item.get("text", "")).strip()) + f"\nSource: {item.get('ref')}"
-        size = len(text.encode("utf-8"))
+        body = redact(str(item.get("text", "")).strip())
+        if not body:
+            continue  # nothing but a session block's heading or closing line: nothing to say
+        text = f"{body}\nSource: {item.get('ref')}"
+        size = proxy_size(text)
         if text_bytes + size > MAX_RECALL_TEXT_BYTES:
             continue
         block = {"text": text, "score": round(float(item.get("score") or 0.0), 4), "kind": kind}
@@ -65,8 +84,15 @@ def recall_info(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def recall(memory: Memory, body: dict[str, Any]) -> dict[str, Any]:
+    return recall_answer(memory, body)[0]
+
+
+def recall_answer(memory: Memory, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``recall``, and how its search answered: ``hybrid`` or ``vector``; ``keyword`` when the query could not
+    be embedded in time (the deadline in force, ``deadline.until``) or there is no provider; ``empty`` for
+    a body without a user message."""
     query = recall_query(body)
     if not query.strip():
-        return {"memories": []}
+        return {"memories": []}, "empty"
     pack = memory.pack(query, budget_tokens=RECALL_BUDGET_TOKENS, max_items=MAX_RECALL_BLOCKS)
-    return {"memories": memories_of(pack)}
+    return {"memories": memories_of(pack)}, str(pack.get("mode") or "keyword")

@@ -1,10 +1,14 @@
 """A recall worker process: answers ``/recall`` bodies for the service over one socket, one at a time.
 
 Started by mdmemory.service.recallpool with one end of a socket pair (``python -m
-mdmemory.service.recall_worker FD``). The first frame is the pickled ``Config`` of the service; every later
-frame is a request, ``agent id\\n`` + the request body exactly as the proxy sent it (the service has already
-checked the token, the agent id and the metadata, and caught the agent's index up with its files). The reply
-frame is a JSON header line, ``{"status", "blocks"?, "size"?, "error"?}``, then the response body.
+mdmemory.service.recall_worker FD``). The first frame is the pickled ``Config`` of the service; the worker
+then opens every agent the service opened at its start (mdmemory.service.startup) and answers one query for
+each (model, index, vectors in memory: nothing is left for a first recall to load), and only then says it
+is ready. Every later frame is a request: a JSON header line ``{"agent", "embedMs"?}`` + the request body
+exactly as the proxy sent it (the service has already checked the token, the agent id and the metadata, and
+caught the agent's index up with its files); ``embedMs`` is how long the query embedding may still take
+(mdmemory.service.timebox; past it the search answers from keywords). The reply frame is a JSON header line,
+``{"status", "blocks"?, "size"?, "mode"?, "error"?}``, then the response body.
 
 A worker only reads: it opens a read-only ``Memory`` per agent (no catching up, no writes; the service's own
 process keeps every index in step with the files), with its own copy of the embedding model and of the
@@ -21,6 +25,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -70,6 +75,18 @@ class WorkerAgents:
         self._choices: dict[str, Any] = {}
         self.max_open = config.service.max_open_agents or DEFAULT_MAX_OPEN
 
+    def warm(self, ids: list[str]) -> None:
+        """Open the agents the service opened at its start and answer one recall for each (errors are the
+        service's to report: it opened them first)."""
+        from mdmemory.service.recall import recall
+        from mdmemory.service.startup import warm_body
+
+        for agent_id in ids[: self.max_open]:
+            try:
+                recall(self.memory(agent_id), warm_body(agent_id))
+            except Exception:  # noqa: BLE001, S112 - a real recall for it reports the problem
+                continue
+
     def memory(self, agent_id: str) -> Any:
         from mdmemory.memory import Memory
         from mdmemory.service.agents import provider_key, with_sessions
@@ -108,14 +125,19 @@ class WorkerAgents:
 def answer(agents: WorkerAgents, frame: bytes) -> bytes:
     """One request frame in, one reply frame out; errors become their HTTP status, as the service maps them."""
     from mdmemory.errors import InvalidArgumentError, MdMemoryError
+    from mdmemory.providers import deadline
     from mdmemory.service.agents import UnknownAgent
-    from mdmemory.service.recall import recall, recall_info
+    from mdmemory.service.recall import recall_answer, recall_info
 
-    head, _, body = frame.partition(b"\n")
+    line, _, body = frame.partition(b"\n")
     try:
-        result = recall(agents.memory(head.decode()), json.loads(body))
+        head = json.loads(line)
+        embed_ms = head.get("embedMs")
+        until = None if embed_ms is None else time.monotonic() + float(embed_ms) / 1000
+        with deadline.until(until):
+            result, mode = recall_answer(agents.memory(str(head["agent"])), json.loads(body))
         payload = json.dumps(result, ensure_ascii=False).encode("utf-8")
-        return reply(200, payload, **recall_info(result))
+        return reply(200, payload, mode=mode, **recall_info(result))
     except InvalidArgumentError as exc:
         return reply(400, error=str(exc))
     except UnknownAgent as exc:
@@ -133,8 +155,9 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C reaches the whole group: the service drains
     sock = socket.socket(fileno=int(argv[0]))
     try:
-        config = pickle.loads(read_frame(sock))
+        config, warm = pickle.loads(read_frame(sock))
         agents = WorkerAgents(config)
+        agents.warm(warm)
         write_frame(sock, reply(200, str(os.getpid()).encode()))  # ready
         try:
             while True:

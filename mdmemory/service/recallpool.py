@@ -25,23 +25,33 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from mdmemory.service.recall_worker import HEADER, read_frame, write_frame
 
 CALL_SECONDS = 60.0  # a recall that takes longer is abandoned to the in-process path and its worker replaced
-START_SECONDS = 60.0  # a worker must be ready (imports done) within this
+START_SECONDS = 300.0  # a worker must be ready (imports done, every agent opened and queried once) within this
 MAX_RESTARTS = 5  # in a row without a recall answered in between: then the pool gives up (in-process only)
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def default_size() -> int:
     """``service.recallWorkers: "auto"``: one worker per core, up to 4; none on a one-core machine."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return 0 if cores < 2 else min(cores, 4)
+    n = cores()
+    return 0 if n < 2 else min(n, 4)
 
 
 class WorkerLost(Exception):
     """The worker closed its socket, or answered something that is not a reply."""
+
+
+class NoWorkerInTime(Exception):
+    """Every worker stayed busy until the recall's time to start had passed."""
 
 
 class Worker:
@@ -50,9 +60,13 @@ class Worker:
         self.sock = sock
         self.lost = False  # set once the pool has given it up (it may still sit in the idle queue)
 
-    async def call(self, agent_id: str, body: bytes) -> tuple[dict[str, Any], bytes]:
+    async def call(self, agent_id: str, body: bytes, embed_by: float | None = None) -> tuple[dict[str, Any], bytes]:
+        """The worker's reply; ``embed_by`` (a ``time.monotonic()`` value) bounds its query embedding."""
         loop = asyncio.get_running_loop()
-        data = agent_id.encode() + b"\n" + body
+        request: dict[str, Any] = {"agent": agent_id}
+        if embed_by is not None:  # as time left: the worker's clock need not be this one
+            request["embedMs"] = round((embed_by - time.monotonic()) * 1000, 1)
+        data = json.dumps(request).encode() + b"\n" + body
         await loop.sock_sendall(self.sock, HEADER.pack(len(data)) + data)
         size = HEADER.unpack(await self._read(loop, HEADER.size))[0]
         head, _, payload = (await self._read(loop, size)).partition(b"\n")
@@ -84,8 +98,9 @@ class Worker:
             self.proc.wait()
 
 
-def spawn(config: Any) -> Worker:
-    """Start one worker and wait until it has loaded the configuration. Raises OSError when it cannot."""
+def spawn(config: Any, warm: Sequence[str] = ()) -> Worker:
+    """Start one worker and wait until it has loaded the configuration and answered one recall for each agent
+    of ``warm``. Raises OSError when it cannot."""
     parent, child = socket.socketpair()
     try:
         cmd = [sys.executable, "-m", "mdmemory.service.recall_worker", str(child.fileno())]
@@ -98,7 +113,7 @@ def spawn(config: Any) -> Worker:
     worker = Worker(proc, parent)
     try:
         parent.settimeout(START_SECONDS)
-        write_frame(parent, pickle.dumps(config))
+        write_frame(parent, pickle.dumps((config, list(warm))))
         head, _, _ = read_frame(parent).partition(b"\n")
         if json.loads(head).get("status") != 200:
             raise OSError("the recall worker did not start")
@@ -115,6 +130,7 @@ class RecallPool:
     def __init__(self, config: Any, size: int) -> None:
         self.config = config
         self.size = size
+        self.warm: list[str] = []  # the agents each worker opens and queries once before it is ready
         self._workers: list[Worker] = []  # alive, idle or busy
         self._idle: asyncio.Queue[Worker] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -136,24 +152,33 @@ class RecallPool:
         with self._lock:
             return len(self._workers)
 
-    async def recall(self, agent_id: str, body: bytes) -> tuple[dict[str, Any], bytes] | None:
-        """The worker's reply header and body; None when no worker answered (the caller answers itself)."""
+    async def recall(
+        self, agent_id: str, body: bytes, start_by: float | None = None, embed_by: float | None = None
+    ) -> tuple[dict[str, Any], bytes] | None:
+        """The worker's reply header and body; None when no worker answered (the caller answers itself).
+        ``start_by`` (a ``time.monotonic()`` value): NoWorkerInTime when no worker is idle by then (a recall
+        that waited that long is not worth answering); ``embed_by`` bounds the worker's query embedding."""
         idle = self._queue()
         while True:
             if self.alive == 0:
                 return None
+            wait = 1.0 if start_by is None else min(1.0, start_by - time.monotonic())
+            if wait <= 0:
+                raise NoWorkerInTime()
             try:
-                worker = await asyncio.wait_for(idle.get(), 1.0)
+                worker = await asyncio.wait_for(idle.get(), wait)
             except TimeoutError:
                 continue  # all busy; or all gone meanwhile, and then this recall is answered in-process
             if not worker.lost:
                 break
         # Shielded: a caller cancelled mid-recall must not leave a reply in the socket for the next one.
-        return await asyncio.shield(asyncio.ensure_future(self._call(worker, agent_id, body)))
+        return await asyncio.shield(asyncio.ensure_future(self._call(worker, agent_id, body, embed_by)))
 
-    async def _call(self, worker: Worker, agent_id: str, body: bytes) -> tuple[dict[str, Any], bytes] | None:
+    async def _call(
+        self, worker: Worker, agent_id: str, body: bytes, embed_by: float | None = None
+    ) -> tuple[dict[str, Any], bytes] | None:
         try:
-            got = await asyncio.wait_for(worker.call(agent_id, body), CALL_SECONDS)
+            got = await asyncio.wait_for(worker.call(agent_id, body, embed_by), CALL_SECONDS)
         except (TimeoutError, WorkerLost, OSError):
             self._lose(worker)
             return None
@@ -201,26 +226,34 @@ class RecallPool:
         threading.Thread(target=self._replace, args=(worker, self._failures <= MAX_RESTARTS), daemon=True).start()
 
     def _replace(self, worker: Worker, again: bool) -> None:
+        """Start a worker in ``worker``'s place; one that dies before it is ready (it was killed while it
+        opened the agents) is started again, within the same ``MAX_RESTARTS`` in a row."""
         worker.stop(wait=0)
-        if again and not self._closed:
+        while again and not self._closed:
             time.sleep(min(2.0, 0.1 * self._failures))
-            self._add()
+            if self._add():
+                return
+            self._failures += 1
+            self.restarts += 1
+            again = self._failures <= MAX_RESTARTS
 
-    def _add(self) -> None:
+    def _add(self) -> bool:
+        """Start one worker and put it in the pool; False when it did not start (the error is logged)."""
         try:
-            worker = spawn(self.config)
+            worker = spawn(self.config, self.warm)
         except OSError as exc:
             print(json.dumps({"type": "memory_error", "memory_op": "recall", "error": str(exc)}), file=sys.stderr)
-            return
+            return False
         with self._lock:
             if self._closed:
                 worker.stop(wait=0.5)
-                return
+                return True
             self._workers.append(worker)
             serving = self._idle is not None
         threading.Thread(target=self._watch, args=(worker,), name="mdmemory-recall-watch", daemon=True).start()
         if serving:
             self._give_back(worker)
+        return True
 
     def close(self) -> None:
         with self._lock:

@@ -27,7 +27,8 @@ from typing import Any
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import StoreError
-from mdmemory.service.sessionlog import SessionLog, Status, render_entry, tombstone_reason
+from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare
+from mdmemory.service.sessionlog import SessionLog, Status, tombstone_reason
 from mdmemory.store.api import EntryLog
 from mdmemory.store.faults import store_errors, store_fault
 
@@ -58,11 +59,19 @@ class RemoteLog:
     def __init__(self, agent: AgentConfig) -> None:
         self.agent = agent
 
-    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
-        eid, day, block = render_entry(entry, metadata or {})
+    def retain(
+        self, entry: dict[str, Any], metadata: dict[str, Any] | None = None, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    ) -> tuple[Status, str]:
+        p = prepare(entry, metadata or {}, max_chars)
+        return self.store(p), p.entry_id
+
+    def size_of(self, day: str) -> int | None:
+        return None  # the files are on the agent's host
+
+    def store(self, p: Prepared) -> Status:
         with entry_log(self.agent) as log:
             assert log is not None
-            return log.retain(eid, day, block), eid
+            return log.retain(p.entry_id, p.day, p.block)
 
     def forget(self, entry_ids: list[str], reason: str | None = None) -> tuple[int, list[str]]:
         """Tombstone ``entry_ids``; the caller's sync removes their blocks from the index."""
@@ -80,20 +89,20 @@ class LocalLog(SessionLog):
     """``SessionLog`` for an agent in the shared store: the database's entries and tombstones are checked and
     kept too, so replicas without the files see what this one retained and forgot."""
 
-    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
-        eid, day, block = render_entry(entry, metadata or {})
+    def store(self, p: Prepared) -> Status:
+        eid, day, block = p.entry_id, p.day, p.block
         known, reached = None, False
         with contextlib.suppress(StoreError), entry_log(self.agent) as log:
             known = log.known(eid) if log is not None else None
             reached = True
         if known == "forgotten":
-            return known, eid
+            return known
         status = self.write_blocks([(eid, day, block)])[0]  # "duplicate" only when the files hold it
         if status == "retained" and reached:  # the database away: the files alone, without a second wait
             with contextlib.suppress(StoreError), entry_log(self.agent) as log:
                 if log is not None:
                     log.record(eid, day)
-        return status, eid
+        return status
 
     def forget(self, entry_ids: list[str], reason: str | None = None) -> tuple[int, list[str]]:
         removed, changed = super().forget(entry_ids, reason)  # the files first: the intent is durable there

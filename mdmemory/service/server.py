@@ -1,8 +1,10 @@
 """``mdmemory serve``: the app on uvicorn within its limits, and a background indexer for retained turns.
 
+The port is bound at once; recalls are answered once every agent is open (mdmemory.service.startup).
 uvicorn handles SIGTERM and SIGINT: it stops accepting connections and lets in-flight requests finish
 (up to ``DRAIN_SECONDS``) before the agents' indexes are closed. A retain answers after its block is
-durable; the index follows within about a second (``INDEX_EVERY_SECONDS``), and any search catches up first.
+durable and its text indexed; its vectors follow within about a second (``INDEX_EVERY_SECONDS``), on the
+background indexer's own connection, and until then recalls find the turn by its keywords.
 """
 
 from __future__ import annotations
@@ -14,18 +16,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mdmemory.config import Config
-from mdmemory.errors import ConfigError, MdMemoryError
+from mdmemory.config import AgentConfig, Config
+from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
 from mdmemory.ipc_server import IpcServer
 from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
+from mdmemory.service.contract import check_agent_id
 from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
+from mdmemory.service.startup import Startup
 from mdmemory.service.telemetry import Telemetry
+from mdmemory.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
 
 DRAIN_SECONDS = 30
 INDEX_EVERY_SECONDS = 1.0
@@ -33,24 +38,38 @@ KEEP_ALIVE_SECONDS = 5  # an idle connection between requests is closed after th
 
 
 class BackgroundIndexer:
-    """Syncs the index of every agent that retained something since the last pass."""
+    """Indexes what the requests left to the background, for every open agent: the text of files a recall's
+    catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. A failing
+    pass (the provider is down) is retried after ``FIRST_RETRY_SECONDS``, doubling up to ``MAX_RETRY_SECONDS``."""
 
     def __init__(self, agents: Agents, telemetry: Telemetry) -> None:
         self.agents = agents
         self.telemetry = telemetry
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mdmemory-service-index", daemon=True)
+        self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
+        self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
 
     def start(self) -> None:
         self._thread.start()
 
+    def wake(self) -> None:
+        """Make a pass now (a retain waits for its vectors), not at the next ``INDEX_EVERY_SECONDS``."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(60)
 
     def _run(self) -> None:
-        while not self._stop.wait(INDEX_EVERY_SECONDS):
+        while True:
+            self._wake.wait(INDEX_EVERY_SECONDS)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             for agent_id in self.agents.opened():
                 agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
                 if agent is None:
@@ -63,16 +82,30 @@ class BackgroundIndexer:
     def _pass(self, agent: Agent) -> None:
         if agent.drainer is not None and not self._stop.is_set():
             self._drain(agent)
-        if not agent.dirty or self._stop.is_set():
+        now = time.monotonic()
+        if self._stop.is_set() or now < self._retry_at.get(agent.config.id, 0.0):
+            return
+        upto = agent.vectors.issued  # the retains this pass covers (each announced its change before)
+        try:
+            due = agent.dirty or agent.memory.change_announced or agent.vectors_waiting()
+        except (MdMemoryError, OSError):
+            due = True  # its index cannot be read: the pass below says so
+        if not due:
+            agent.vectors.finished(upto)  # all indexed and embedded
             return
         agent.dirty = False
         start = time.perf_counter()
         try:
-            with agent.lock:
-                agent.memory.sync()
+            agent.catch_up()  # text the requests' catch-ups left (they are bounded by a recall's budget)
+            if agent.index_vectors() == 0:
+                agent.vectors.finished(upto)  # retains waiting for them answer now
             status = "succeeded"
+            self._failures.pop(agent.config.id, None)
         except (MdMemoryError, OSError):
-            status = "failed"  # status shows it (lastError); the next retain or search tries again
+            status = "failed"  # status shows it (lastError); tried again after a pause
+            failures = self._failures[agent.config.id] = self._failures.get(agent.config.id, 0) + 1
+            pause = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+            self._retry_at[agent.config.id] = now + pause
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
     def _drain(self, agent: Agent) -> None:
@@ -94,13 +127,18 @@ def serve(
     env: Mapping[str, str] | None = None,
     fingerprint: str | None = None,
     recall_workers: int | None = None,
+    only: Sequence[str] = (),
 ) -> None:
     """Run until SIGTERM/SIGINT. Raises ConfigError for a token or a bind that cannot work (mdmemory.service.auth)
     and for limits the file-descriptor limit cannot hold (mdmemory.service.budget).
     ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
     With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
-    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON."""
+    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON.
+
+    ``only`` (``serve --agent``): serve just these agents (configured ones, or any id under ``service.autoAgents``);
+    a request for another answers 404. Once listening, one line on stderr says where, for which agents, and
+    where the token comes from."""
     try:
         import uvicorn
 
@@ -111,6 +149,7 @@ def serve(
     from mdmemory.service.app import build_app
 
     env = os.environ if env is None else env
+    served = served_agents(config, only)
     host = host or config.service.host
     port = config.service.port if port is None else port
     who = auth.resolve(config, env, host)
@@ -119,25 +158,35 @@ def serve(
     svc = config.service
     caps = budget.plan(
         budget.raise_fd_limit(),
-        readers=reader_count(),
-        sockets=len(config.agents) if fingerprint is not None else 0,
+        readers=reader_count() + 1,  # and the background indexer's connection (``Agent.index_vectors``)
+        sockets=len(_configured(config, served)) if fingerprint is not None else 0,
         workers=size,
         max_open_agents=svc.max_open_agents,
         max_connections=svc.max_connections,
     )
     config = replace(config, service=replace(svc, max_open_agents=caps.max_open_agents))  # workers follow it
     telemetry = Telemetry()
-    agents = Agents(config, env, max_open=caps.max_open_agents)
+    agents = Agents(config, env, max_open=caps.max_open_agents, served=served)
     indexer = BackgroundIndexer(agents, telemetry)
     pool = RecallPool(config, size)
-    if pool.size:
-        pool.start()  # before the first request: each worker imports and reads the configuration once
+    startup = Startup(agents, pool, indexer.start)  # opens every agent, starts the workers, then is ready
     connections = Connections(caps.max_connections)
-    app = build_app(agents, who, telemetry, pool if pool.size else None, connections=connections, budget=caps)
+    app = build_app(
+        agents,
+        who,
+        telemetry,
+        pool if pool.size else None,
+        connections=connections,
+        budget=caps,
+        startup=startup,
+        wake=indexer.wake,
+    )
     limits = Limits(svc.max_header_bytes, svc.header_timeout_ms / 1000, svc.body_timeout_ms / 1000)
     protocol = functools.partial(GuardedHttpTools, limits=limits, connections=connections)
     settings: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
-    server = uvicorn.Server(
+    listening = functools.partial(_listening, config, served, who.origin, caps)
+    server = _server_class(uvicorn.Server)(
+        listening,
         uvicorn.Config(
             app,
             host=host,
@@ -147,7 +196,7 @@ def serve(
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=DRAIN_SECONDS,
             **settings,
-        )
+        ),
     )
     # uvicorn drains, then raises the signal it caught again under the handler it found: a no-op here,
     # so that the indexer stops and every index is closed before the process exits (status 0).
@@ -155,23 +204,79 @@ def serve(
         signal.signal(sig, lambda *_: None)
     sockets = None
     if fingerprint is not None:
-        sockets = IpcServer(config, fingerprint, config.agents, _log_error, shared_choice=agents.shared_choice)
+        mine = _configured(config, served)
+        sockets = IpcServer(config, fingerprint, mine, _log_error, shared_choice=agents.shared_choice)
         sockets.start()
-    indexer.start()
-    print(
-        f"mdmemory serve: http://{host}:{port}, token: {who.origin}; up to {caps.max_connections} connections "
-        f"and {caps.max_open_agents} open agents (file-descriptor limit {caps.fd_limit})",
-        file=sys.stderr,
-        flush=True,
-    )
+    startup.start()  # the port is bound at once (below); recalls are answered once it is done
     try:
         server.run()
     finally:
+        startup.stop()
         if sockets is not None:
             sockets.stop()
         indexer.stop()
         pool.close()
         agents.close()
+
+
+def served_agents(config: Config, only: Sequence[str]) -> frozenset[str] | None:
+    """The agent ids ``serve --agent`` names (None: every agent); ConfigError naming the known ones for an id
+    that is neither configured nor creatable (``service.autoAgents``)."""
+    if not only:
+        return None
+    known = [a.id for a in config.agents]
+    for agent_id in only:
+        try:
+            check_agent_id(agent_id, "--agent")
+        except InvalidArgumentError as exc:
+            raise ConfigError(str(exc)) from None
+        if agent_id not in known and not config.service.auto_agents:
+            raise ConfigError(
+                f"--agent {agent_id!r}: no such agent; configured agents: {', '.join(known) or 'none'}. Fix: name one "
+                "of them, add it to agents.list, or set service.autoAgents to serve agents created on first use"
+            )
+    return frozenset(only)
+
+
+def _configured(config: Config, served: frozenset[str] | None) -> tuple[AgentConfig, ...]:
+    return tuple(a for a in config.agents if served is None or a.id in served)
+
+
+def _listening(
+    config: Config, served: frozenset[str] | None, origin: str, caps: budget.Budget, addresses: list[Any]
+) -> None:
+    """The line saying the service is up: where it listens, for which agents, where its token comes from."""
+    urls = []
+    for address in addresses:
+        host, port = address[0], address[1]
+        urls.append(f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}")
+    names = sorted(served) if served is not None else [a.id for a in config.agents]
+    agents = ", ".join(names) or "none configured"
+    if config.service.auto_agents and served is None:
+        agents += ", and any other id (service.autoAgents)"
+    print(
+        f"mdmemory serve: listening on {' '.join(urls)} (agents: {agents}; token from {origin}); up to "
+        f"{caps.max_connections} connections and {caps.max_open_agents} open agents (file-descriptor limit "
+        f"{caps.fd_limit})",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _server_class(base: type[Any]) -> type[Any]:
+    """uvicorn's ``Server`` that calls ``on_listening(addresses)`` once its sockets are bound and listening."""
+
+    class Server(base):  # type: ignore[misc, valid-type]
+        def __init__(self, on_listening: Callable[[list[Any]], None], config: Any) -> None:
+            super().__init__(config)
+            self.on_listening = on_listening
+
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                self.on_listening([sock.getsockname() for server in self.servers for sock in server.sockets or ()])
+
+    return Server
 
 
 def _log_error(event: dict[str, Any]) -> None:

@@ -13,8 +13,10 @@
   again when a file of the folder changed behind our back (size or mtime differ). ``duplicate`` is answered
   only after the block was read back from its place; an entry the files no longer hold is written again.
 - Loading repairs what a crash can leave, on bytes: a torn tail of a day file (mdmemory.service.blocks: only
-  ever bytes after its last whole block) is cut, a torn last tombstone line is dropped, and a block whose id
-  is tombstoned (a crash between the tombstone and the rewrite) is removed.
+  ever bytes after its last whole block) is cut, and kept in ``.<day>.md.torn`` (mdmemory.service.torn: a
+  torn block cannot be told from text a person wrote after it); a torn last tombstone line is dropped; a
+  block whose id is tombstoned (a crash between the tombstone and the rewrite) is removed. The service
+  loads it when it opens the agent, before any search.
 - ``forget`` appends the tombstones first (durable intent), then rewrites each changed file atomically
   (temporary file, ``fsync``, ``rename``, ``fsync`` of the folder), then reads the files again: if a heading
   or closing line of a forgotten entry is still there (a block edited by hand so that its end cannot be
@@ -32,7 +34,6 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from mdmemory.config import AgentConfig
 from mdmemory.errors import MdMemoryError, WorkspaceError
@@ -40,9 +41,12 @@ from mdmemory.fileread import special_kind
 from mdmemory.filewrite import Folder, write_all
 from mdmemory.redaction import redact
 from mdmemory.service import blocks
-from mdmemory.service.canonical import entry_id
-from mdmemory.service.contract import ENTRY_ID, Turn, bad, turn_of
+from mdmemory.service import torn as torn_copy
+from mdmemory.service.contract import ENTRY_ID
+from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare, render_entry
 from mdmemory.workspace import SESSIONS_DIR
+
+__all__ = ["SessionLog", "Status", "render_entry", "tombstone_reason"]
 
 TOMBSTONES = ".tombstones.jsonl"
 LOCK_NAME = ".mdmemory.lock"
@@ -53,40 +57,12 @@ MAX_REASON_CHARS = 1000
 DAY_FILE = re.compile(r"\d{4}-\d{2}-\d{2}\.md")
 
 
-def entry_time(entry: dict[str, Any], metadata: dict[str, Any]) -> datetime:
-    """The entry's ``ts`` in ``metadata.timezone`` (UTC without one); InvalidArgumentError naming the field."""
-    try:
-        ts = datetime.fromisoformat(str(entry.get("ts")))
-    except ValueError:
-        raise bad("entry.ts", f"{str(entry.get('ts'))[:40]!r} is not an RFC 3339 time") from None
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    name = metadata.get("timezone")
-    if not name:
-        return ts.astimezone(UTC)
-    try:
-        return ts.astimezone(ZoneInfo(name))
-    except (ZoneInfoNotFoundError, ValueError):
-        raise bad("metadata.timezone", f"{name[:60]!r} is not an IANA time zone name such as 'Europe/Lisbon'") from None
-
-
 def tombstone_reason(reason: str) -> str:
     """A forget's reason as its tombstone keeps it: redacted, at most ``MAX_REASON_CHARS``, valid UTF-8."""
     text = blocks.clean(reason)
     if len(text) > MAX_REASON_CHARS:
         text = text[:MAX_REASON_CHARS] + " …(cut)"
     return redact(text)
-
-
-def render_entry(entry: dict[str, Any], metadata: dict[str, Any]) -> tuple[str, str, str]:
-    """``(entry id, day, block)``: the entry's block (redacted) and the day of the file it goes into."""
-    eid = entry_id(entry)
-    when = entry_time(entry, metadata)
-    turn = turn_of(entry)
-    turn = Turn(redact(turn.user), redact(turn.assistant), tuple(redact(t) for t in turn.tools))
-    model = entry.get("effective_model") or entry.get("requested_model") or metadata.get("requested_model")
-    block = blocks.render(eid, when.strftime("%H:%M:%S"), redact(str(model or "")), turn)
-    return eid, when.date().isoformat(), block
 
 
 class SessionLog:
@@ -137,6 +113,7 @@ class SessionLog:
             found, torn = blocks.blocks(data)
             if torn is not None and DAY_FILE.fullmatch(name):  # only day files are appended to
                 assert torn >= (found[-1].end if found else 0), "a repair never cuts into a whole block"
+                torn_copy.keep(folder, name, data[torn:])
                 folder.truncate(name, torn)
                 data = data[:torn]
             if any(b.entry_id in self._tombstoned for b in found):
@@ -195,7 +172,7 @@ class SessionLog:
             yield
         except (MdMemoryError, OSError) as exc:
             at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            self.last_error = {"at": at, "error": f"{type(exc).__name__}: {exc}"}
+            self.last_error = {"at": at, "error": redact(f"{type(exc).__name__}: {exc}")}  # status shows it
             raise
         self.last_error = None
 
@@ -219,16 +196,36 @@ class SessionLog:
         return eid in self._ids
 
     # -- operations ---------------------------------------------------------------------------------
+    def repair(self) -> None:
+        """Load the folder now: cut a torn tail and remove the blocks of tombstoned entries (a crash between a
+        forget's tombstone and its rewrite), so that a search after a restart never indexes what was
+        forgotten. A failure is left for the next retain or forget to report."""
+        with contextlib.suppress(MdMemoryError, OSError), self._loaded():
+            pass
+
     def known(self, entry_id_: str) -> Status | None:
         with self._loaded() as folder:
             if entry_id_ in self._tombstoned:
                 return "forgotten"
             return "duplicate" if entry_id_ in self._ids and self._holds(folder, entry_id_) else None
 
-    def retain(self, entry: dict[str, Any], metadata: dict[str, Any] | None = None) -> tuple[Status, str]:
+    def retain(
+        self, entry: dict[str, Any], metadata: dict[str, Any] | None = None, max_chars: int = DEFAULT_MAX_MESSAGE_CHARS
+    ) -> tuple[Status, str]:
         """Append ``entry`` as one block (redacted) unless it is retained or tombstoned already."""
-        eid, day, block = render_entry(entry, metadata or {})
-        return self.write_blocks([(eid, day, block)])[0], eid
+        p = prepare(entry, metadata or {}, max_chars)
+        return self.store(p), p.entry_id
+
+    def size_of(self, day: str) -> int | None:
+        """The size of ``sessions/<day>.md`` now (None when it does not exist)."""
+        try:
+            return (self.dir / f"{day}.md").stat().st_size
+        except OSError:
+            return None
+
+    def store(self, p: Prepared) -> Status:
+        """Append a prepared block (mdmemory.service.retained) unless its id is retained or tombstoned already."""
+        return self.write_blocks([(p.entry_id, p.day, p.block)])[0]
 
     def write_blocks(self, items: Sequence[tuple[str, str, str]]) -> list[Status]:
         """Append each ``(entry id, day, rendered block)`` to ``sessions/<day>.md`` unless its id is retained or
@@ -338,6 +335,7 @@ class SessionLog:
                     self._index(name, data)
                     removed += len(gone)
                     changed.append(f"{SESSIONS_DIR}/{name}")
+            torn_copy.scrub(folder, targets)  # what a crash repair kept of them
             self._seen = self._signature(folder)
             self._check_gone(folder, targets)
         return removed, changed
@@ -375,7 +373,7 @@ class SessionLog:
                     "files": len(self._files(folder)),
                 }
         except (MdMemoryError, OSError) as exc:
-            out = {"error": f"{type(exc).__name__}: {exc}"}
+            out = {"error": redact(f"{type(exc).__name__}: {exc}")}
         if self.last_error is not None:
             out["lastError"] = self.last_error
         return out

@@ -83,6 +83,15 @@ class EntryLog(Protocol):
 
     def stats(self) -> dict[str, int]: ...
 
+    def claim_pod(self, pod: str) -> tuple[str, float]:
+        """The pod the agent serves and since when (a UNIX time): ``pod`` when no pod had claimed it yet
+        (committed before it returns), else the one that did (mdmemory.service.pods)."""
+        ...
+
+    def pod_claim(self) -> tuple[str, float] | None:
+        """The pod that claimed the agent and when; None when none has."""
+        ...
+
     def close(self) -> None: ...
 
 

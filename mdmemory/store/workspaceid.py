@@ -99,7 +99,10 @@ def _read(folder: str) -> str | None:
         fd = -1
     try:
         if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise WorkspaceError(f"{file} is not a regular file. Fix: remove it; mdmemory makes a new id")
+            raise WorkspaceError(
+                f"{file} is not a regular file. Fix: replace it with a file holding this workspace's id (32 hex "
+                "digits; an index in PostgreSQL names the one it was made for), or remove it for a new id"
+            )
         text = os.read(fd, 256).decode("ascii", "replace").strip()
     finally:
         if fd >= 0:

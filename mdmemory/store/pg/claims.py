@@ -131,6 +131,20 @@ def check(claim: Claim | None, ours: WorkspaceIdentity, agent_id: str, schema: s
 
 def conflict(claim: Claim, ours: WorkspaceIdentity, agent_id: str, schema: str) -> StoreError:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(claim.claimed_at))
+    if (claim.host, claim.path) == (ours.host, ours.path) and ours.id is not None:
+        # The same folder on a host of the same name, under another id: most likely the id file was removed
+        # (``git clean -x``: the folder ignores itself) or replaced; else another machine with the same host
+        # name mounts another workspace at the same path (containers with host networking): never adopted.
+        file = f"{ours.path}/.mdmemory/workspace-id"
+        return StoreError(
+            f"agent {agent_id!r} in PostgreSQL schema {schema} was indexed from this same folder {ours.path} on host "
+            f"{ours.host} (since {when}) under the workspace id {claim.workspace_id}, but {file} now holds "
+            f"{ours.id}: the id file was removed or replaced (a `git clean -x`, a restore without hidden folders?), "
+            "or another machine with the same host name has another workspace at this path. Nothing was read or "
+            f"written. Fix: if this is the same workspace, put its id back: `echo {claim.workspace_id} > {file}`; "
+            f"if it is another one, give the agent another id, or run `{TAKE_OVER}` to make it the agent's for good",
+            kind="conflict",
+        )
     theirs = f"workspace {claim.path} on host {claim.host} (id {claim.workspace_id}, since {when})"
     mine = f"workspace {ours.path} on host {ours.host} (id {ours.id or 'unknown: the folder cannot be read'})"
     return StoreError(

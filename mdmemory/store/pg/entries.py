@@ -201,3 +201,20 @@ class PgEntryLog(Borrowing):
             (self.agent_id, self.agent_id, self.agent_id),
         )
         return {"pending": int(row[0]), "written": int(row[1]), "tombstones": int(row[2]), "unapplied": int(row[3])}
+
+    # -- which pod the agent serves (mdmemory.service.pods) ----------------------------------------------
+    @borrows
+    def claim_pod(self, pod: str) -> tuple[str, float]:
+        s, a = self.schema, self.agent_id
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(
+                f"INSERT INTO {s}.pods (agent_id, pod, claimed_at) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                (a, pod, time.time()),
+            )
+            cur.execute(f"SELECT pod, claimed_at FROM {s}.pods WHERE agent_id = %s", (a,))
+            row = cur.fetchone()
+        return str(row[0]), float(row[1])
+
+    def pod_claim(self) -> tuple[str, float] | None:
+        row = self._one(f"SELECT pod, claimed_at FROM {self.schema}.pods WHERE agent_id = %s", (self.agent_id,))
+        return (str(row[0]), float(row[1])) if row is not None else None

@@ -22,7 +22,7 @@ from typing import Any
 from mdmemory.errors import StoreError
 from mdmemory.storeconfig import schema_problem
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -161,6 +161,14 @@ def _m6_workspaces(cur: Any, s: str) -> None:
     )
 
 
+def _m7_pods(cur: Any, s: str) -> None:
+    """Which pod each agent serves when no ``agents.list[].pod`` says (mdmemory.service.pods): the first pod
+    whose request used it, and when. Kept in the database, so that every replica of the service sees it."""
+    cur.execute(
+        f"CREATE TABLE {s}.pods (agent_id text PRIMARY KEY, pod text NOT NULL, claimed_at double precision NOT NULL)"
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
@@ -168,6 +176,7 @@ MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     4: _m4_bulk_writes,
     5: _m5_postings_carry_lengths,
     6: _m6_workspaces,
+    7: _m7_pods,
 }
 
 
