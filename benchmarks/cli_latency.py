@@ -6,7 +6,7 @@ milliseconds. "warm" runs back to back; "cold" drops the page cache before each 
 ``/proc/sys/vm/drop_caches``; skipped with a note otherwise). Keyword-only (``provider: "none"``) unless
 ``--model`` names a GGUF, which adds ``search`` with the local model (query embedding included).
 Then the same ``search``, ``get`` and ``pack`` again with ``mdmemory watch`` running for the agent, which
-answers them over its socket (mdmemory.entry, mdmemory.ipc_server); ``get`` also through the console script.
+answers them over its socket (mdmemory.cli.entry, mdmemory.runtime.ipc_server); ``get`` also through the console script.
 Targets (issue 14): keyword-only ``search`` p50 <= 150 ms, ``get`` p50 <= 100 ms, and ``search`` with the
 local model through a running daemon <= 60 ms.
 

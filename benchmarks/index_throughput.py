@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config import load_config  # noqa: E402
-from mdmemory.indexer import embedding_inputs  # noqa: E402
+from mdmemory.config.load import load_config  # noqa: E402
+from mdmemory.index.indexer import embedding_inputs  # noqa: E402
 from mdmemory.memory import Memory  # noqa: E402
 from mdmemory.providers.local import LocalEmbeddingProvider, decode_groups  # noqa: E402
 

@@ -47,9 +47,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.locomo_pack import PackRecall, pack_table  # noqa: E402
-from mdmemory.errors import MdMemoryError  # noqa: E402
 from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.tokens import estimate_tokens  # noqa: E402
+from mdmemory.util.errors import MdMemoryError  # noqa: E402
+from mdmemory.util.tokens import estimate_tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"

@@ -66,7 +66,7 @@ def seed(root: Path, agents: int, notes: int) -> None:
 
 
 def _open(cfg_path: str, agent: str) -> Any:
-    from mdmemory.config import load_config
+    from mdmemory.config.load import load_config
     from mdmemory.memory import Memory
 
     cfg = load_config(cfg_path)

@@ -33,7 +33,7 @@ from benchmarks.locomo import (  # noqa: E402
     set_path,
     write_workspace,
 )
-from mdmemory.config import load_config  # noqa: E402
+from mdmemory.config.load import load_config  # noqa: E402
 from mdmemory.memory import Memory  # noqa: E402
 
 

@@ -3,7 +3,7 @@
 Builds (or reuses, with ``--workdir``) the LoCoMo dev index with mdmemory's real pipeline and the shared
 MiniLM, copies it into a PostgreSQL 16 + pgvector started for the run (``pgserver``, a temporary data
 directory) with ``store.copy.copy_index`` (no re-embedding), then asks every question of both
-stores through the same search (``mdmemory.search.search``: hybrid fusion, keyword scoring and minScore
+stores through the same search (``mdmemory.search.hybrid.search``: hybrid fusion, keyword scoring and minScore
 rule as configured) with the same query vector, and prints recall@1/5/10 and MRR side by side with the
 search time per question. Issue 13's bar: R@5 and MRR within 0.02 of SQLite.
 
@@ -38,7 +38,7 @@ from benchmarks.locomo import (  # noqa: E402
     write_workspace,
 )
 from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.search import search  # noqa: E402
+from mdmemory.search.hybrid import search  # noqa: E402
 
 
 def main() -> int:

@@ -167,7 +167,7 @@ def queries(workdir: Path, n: int) -> tuple[list[str], np.ndarray, list[float], 
 
 
 def memory(workdir: Path, backend: str, size: int, url: str | None, choice: Any) -> Any:
-    from mdmemory.config import load_config
+    from mdmemory.config.load import load_config
     from mdmemory.memory import Memory
 
     ws = workdir / "workspace"
@@ -241,8 +241,8 @@ def _p(ms: list[float]) -> dict[str, float]:
 
 def rebuild_index(args: argparse.Namespace) -> None:
     """Drop the agent's HNSW index and build it again with ``--m`` / ``--ef-construction``."""
+    from mdmemory.config.store import HnswConfig
     from mdmemory.store.pg import vectors
-    from mdmemory.storeconfig import HnswConfig
 
     srv = server(args.workdir)
     store = open_store(args.workdir, "postgres", args.size, srv.get_uri())
@@ -265,7 +265,7 @@ def rebuild_index(args: argparse.Namespace) -> None:
 
 
 def recall(args: argparse.Namespace) -> None:
-    from mdmemory.storeconfig import HnswConfig
+    from mdmemory.config.store import HnswConfig
 
     vecs, _ = dataset(args.workdir, args.size)
     _, qvecs, _, _ = queries(args.workdir, args.queries + 20)

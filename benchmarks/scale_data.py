@@ -169,7 +169,7 @@ def provider(model: Path, threads: int | None = None) -> Any:
     import os
     import tempfile
 
-    from mdmemory.config import load_config
+    from mdmemory.config.load import load_config
     from mdmemory.memory import Memory
 
     local = {"modelPath": str(model), "threads": threads or os.cpu_count() or 1}

@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config import HybridConfig  # noqa: E402
-from mdmemory.search import search  # noqa: E402
+from mdmemory.config.load import HybridConfig  # noqa: E402
+from mdmemory.search.hybrid import search  # noqa: E402
 from mdmemory.store import ChunkRow, FileRow, Store  # noqa: E402
 
 DIMS = 384

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mdmemory.service import blocks  # noqa: E402
+from mdmemory.files import sessionblocks as blocks  # noqa: E402
 from tests.service_bodies import openai_entry, retain_body  # noqa: E402
 from tests.service_server import free_port  # noqa: E402
 

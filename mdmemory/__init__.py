@@ -6,10 +6,13 @@
 
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.errors import ConfigError, MdMemoryError, ProviderError, StoreError, WorkspaceError
+from mdmemory.util import moved
+from mdmemory.util.errors import ConfigError, MdMemoryError, ProviderError, StoreError, WorkspaceError
 
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
+
+moved.install()  # old module paths, for one release (mdmemory.util.moved)
 
 __version__ = "0.1.0"
 

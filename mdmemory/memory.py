@@ -9,29 +9,29 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import agent as integration
-from mdmemory import roots
-from mdmemory.agent import clock
 from mdmemory.agent.schemas import check_search_arguments
-from mdmemory.config import AgentConfig, Config, load_config
-from mdmemory.errors import EmbeddingsPending, ProviderError, ProviderPaused
+from mdmemory.config.load import AgentConfig, Config, load_config
+from mdmemory.engine.keeper import IndexSync, recorded_store_faults
+from mdmemory.files import clock, roots
+from mdmemory.files.transcripts import transcripts_folder
+from mdmemory.files.workspace import Workspace
 from mdmemory.providers import deadline
+from mdmemory.search.results import citations_on, get_file, search_response
 from mdmemory.store.api import IndexStore
-from mdmemory.syncing import IndexSync, recorded_store_faults
-from mdmemory.tools import citations_on, get_file, search_response
-from mdmemory.transcripts import transcripts_folder
-from mdmemory.workspace import Workspace
+from mdmemory.util.errors import EmbeddingsPending, ProviderError, ProviderPaused
 
 # Imported where they are used, so that a command pays only for what it runs (``mdmemory get`` opens no
-# index; a keyword-only search needs neither numpy nor the Markdown parser): mdmemory.catchup,
-# mdmemory.indexer, mdmemory.packer, mdmemory.search, mdmemory.status, mdmemory.store.repair.
+# index; a keyword-only search needs neither numpy nor the Markdown parser): mdmemory.engine.catchup,
+# mdmemory.index.indexer, mdmemory.engine.packing, mdmemory.search.hybrid, mdmemory.engine.status,
+# mdmemory.store.repair.
 if TYPE_CHECKING:
     import numpy as np
 
     from mdmemory.agent import FlushDecision, SessionKind
-    from mdmemory.indexer import Indexer, Progress
+    from mdmemory.index.indexer import Indexer, Progress
     from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.factory import ProviderChoice
-    from mdmemory.search import SearchOutcome
+    from mdmemory.search.hybrid import SearchOutcome
 
 
 class Memory(IndexSync):
@@ -99,7 +99,7 @@ class Memory(IndexSync):
     @property
     def indexer(self) -> Indexer:
         if self._indexer is None:
-            from mdmemory.indexer import Indexer
+            from mdmemory.index.indexer import Indexer
 
             self._indexer = Indexer(self.store, self.workspace, self.settings, self.choice.provider)
         self._indexer.should_stop = self.should_stop
@@ -140,14 +140,14 @@ class Memory(IndexSync):
         before every chunk was embedded; its ``report`` is the sync report, and the next sync embeds them.
         ``embed=False`` indexes the text only and leaves new chunks pending.
 
-        Files under a missing folder are kept unless ``prune`` (or ``force``) says to drop them (mdmemory.roots).
+        Files under a missing folder are kept unless ``prune`` (or ``force``) says to drop them (mdmemory.files.roots).
         With ``memorySearch.enabled: false`` nothing is indexed: the report says ``disabled`` and why.
 
         A corrupt index is moved aside and rebuilt from the files first (``repaired``: where it went);
         ``warnings`` says when the configured provider was unavailable and the index kept keywords only.
         """
         if not self.settings.enabled:
-            from mdmemory.indexer import SyncReport
+            from mdmemory.index.indexer import SyncReport
 
             return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
         report = self._sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
@@ -203,8 +203,8 @@ class Memory(IndexSync):
     ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
         """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
         the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
-        from mdmemory import catchup
-        from mdmemory.search import search as run_search
+        from mdmemory.engine import catchup
+        from mdmemory.search.hybrid import search as run_search
 
         q = self.settings.query
         notes: list[str] = []
@@ -264,9 +264,9 @@ class Memory(IndexSync):
         ``{query, budgetTokens, usedTokens, items: [{ref, path, startLine, endLine, text, score, source, kind,
         date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``, ``session``).
-        See mdmemory.pack.
+        See mdmemory.pack.build.
         """
-        from mdmemory.packer import check_pack_arguments, run_pack
+        from mdmemory.engine.packing import check_pack_arguments, run_pack
 
         if not self.settings.enabled:
             check_pack_arguments(query, budget_tokens, max_items, sources)
@@ -337,6 +337,6 @@ class Memory(IndexSync):
     def status(self) -> dict[str, Any]:
         """Index state computed from the files on disk, the database and the health and watcher files, not
         from cached flags; a broken index is reported in ``storeState`` rather than raised."""
-        from mdmemory.status import build_status
+        from mdmemory.engine.status import build_status
 
         return build_status(self)

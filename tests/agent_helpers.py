@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mdmemory import cli, cli_agent
-from mdmemory.config import AgentConfig, load_config
+from mdmemory.cli import agent_commands as cli_agent
+from mdmemory.cli import commands as cli
+from mdmemory.config.load import AgentConfig, load_config
 
 _build_parser = cli.build_parser
 

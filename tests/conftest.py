@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider

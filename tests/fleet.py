@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdmemory.service import blocks
-from mdmemory.service.blocks import closing
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.sessionblocks import closing
 from mdmemory.store.lines import file_text
 from mdmemory.store.pg.connection import connect
 from mdmemory.store.pg.entries import PgEntryLog

@@ -19,9 +19,9 @@ from mdmemory.agent.schemas import (
     SEARCH_OUTPUT,
     tool_definitions,
 )
-from mdmemory.errors import StoreError
 from mdmemory.memory import Memory
-from mdmemory.tools import CITED_RESULT_KEYS
+from mdmemory.search.results import CITED_RESULT_KEYS
+from mdmemory.util.errors import StoreError
 from tests.agent_helpers import run_cli
 from tests.conftest import write
 

@@ -10,9 +10,9 @@ from collections import defaultdict
 
 import pytest
 
-from mdmemory.chunker import Chunk, chunk_markdown
-from mdmemory.fileread import split_lines
-from mdmemory.tokens import TokenCounter, estimate_tokens
+from mdmemory.index.chunker import Chunk, chunk_markdown
+from mdmemory.util.fileread import split_lines
+from mdmemory.util.tokens import TokenCounter, estimate_tokens
 
 WORDS = "memory agent sqlite vector search index chunk embed provider watcher hybrid keyword".split()
 

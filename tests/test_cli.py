@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli import main
-from mdmemory.tools import CITED_RESULT_KEYS
+from mdmemory.cli.commands import main
+from mdmemory.search.results import CITED_RESULT_KEYS
 from tests.conftest import REPO, write
 
 

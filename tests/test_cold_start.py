@@ -23,7 +23,7 @@ HEAVY = ("numpy", "markdown_it", "watchdog", "tqdm", "llama_cpp", "openai")
 MODULES = ("sqlean", "filelock", "mdmemory.providers.base", "mdmemory.store.index", "subprocess")
 RUN_AND_REPORT = f"""
 import contextlib, io, json, sys
-from mdmemory import cli
+from mdmemory.cli import commands as cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     try:
@@ -121,14 +121,25 @@ def test_search_after_an_edit_imports_the_chunker_it_needs(keyword_config: Path)
 
 
 def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() -> None:
-    """What `mdmemory search` pays when a daemon answers (mdmemory.entry): no config, no argparse, no index."""
-    probe = "import json, sys, mdmemory.entry; print(json.dumps(sorted(sys.modules)))"
+    """What `mdmemory search` pays when a daemon answers (mdmemory.cli.entry): no config, no argparse, no index."""
+    probe = "import json, sys, mdmemory.cli.entry; print(json.dumps(sorted(sys.modules)))"
     proc = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
     loaded = set(json.loads(proc.stdout))
     ours = sorted(m for m in loaded if m.startswith("mdmemory"))
-    assert ours == ["mdmemory", "mdmemory.configpath", "mdmemory.entry", "mdmemory.errors", "mdmemory.ipc"]
+    assert ours == [
+        "mdmemory",
+        "mdmemory.cli",
+        "mdmemory.cli.entry",
+        "mdmemory.config",
+        "mdmemory.config.paths",
+        "mdmemory.runtime",
+        "mdmemory.runtime.ipc_protocol",
+        "mdmemory.util",
+        "mdmemory.util.errors",
+        "mdmemory.util.moved",
+    ]
     assert not loaded & {"argparse", "dataclasses", "sqlean", "json5", "filelock", *HEAVY}
 
 
@@ -147,7 +158,7 @@ def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() 
 )
 def test_the_one_command_parser_reads_what_the_full_parser_reads(argv: list[str]) -> None:
     """`parse` builds a parser for the command given only (6 ms less per call); it must agree with the full one."""
-    from mdmemory import cli
+    from mdmemory.cli import commands as cli
 
     assert vars(cli.parse(argv)) == vars(cli.parse(argv, cli.build_parser()))  # the command functions too
 
@@ -159,7 +170,7 @@ def test_the_one_command_parser_reads_what_the_full_parser_reads(argv: list[str]
 def test_what_the_one_command_parser_refuses_the_full_parser_reports(
     argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mdmemory import cli
+    from mdmemory.cli import commands as cli
 
     with pytest.raises(SystemExit) as exited:
         cli.parse(argv)

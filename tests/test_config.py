@@ -11,7 +11,7 @@ from typing import Any, get_type_hints
 import json5
 import pytest
 
-from mdmemory.config import (
+from mdmemory.config.load import (
     AgentConfig,
     ChunkingConfig,
     Config,
@@ -22,8 +22,8 @@ from mdmemory.config import (
     camel,
     load_config,
 )
-from mdmemory.configrules import RANGES
-from mdmemory.errors import ConfigError
+from mdmemory.config.validation import RANGES
+from mdmemory.util.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"
 

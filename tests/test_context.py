@@ -11,10 +11,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from mdmemory.agent.context import session_context
-from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError
-from mdmemory.tools import get_file
-from mdmemory.workspace import Workspace
+from mdmemory.config.load import AgentConfig
+from mdmemory.files.workspace import Workspace
+from mdmemory.search.results import get_file
+from mdmemory.util.errors import ConfigError
 from tests.agent_helpers import agent_config, run_cli, write_config
 from tests.conftest import write
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.convert import ConversionError, convert_bert
-from mdmemory.errors import MdMemoryError
+from mdmemory.providers.bert_to_gguf import ConversionError, convert_bert
 from mdmemory.providers.local import LocalEmbeddingProvider
+from mdmemory.util.errors import MdMemoryError
 from tests.conftest_gguf import HEADS, VOCAB, tiny_bert_weights, write_tiny_bert
 
 gguf = pytest.importorskip("gguf")

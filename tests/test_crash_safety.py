@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.store import Store
 from tests.conftest import REPO, write
@@ -150,7 +150,7 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
 
 READER = r"""
 import json, sys, time
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 agent = load_config(sys.argv[1]).agent()
 deadline = time.monotonic() + float(sys.argv[2])

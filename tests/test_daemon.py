@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from tests.conftest import REPO, write
 from tests.daemon_helpers import Daemon

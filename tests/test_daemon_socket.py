@@ -1,7 +1,7 @@
 """The command line as a thin client of a running daemon: real `mdmemory watch` processes, real Unix sockets.
 
-Each command runs in a fresh interpreter through ``mdmemory.entry`` (what the console script runs) and says
-whether it had to import ``mdmemory.cli`` (run the command itself) or the daemon answered; its output is
+Each command runs in a fresh interpreter through ``mdmemory.cli.entry`` (what the console script runs) and says
+whether it had to import ``mdmemory.cli.commands`` (run the command itself) or the daemon answered; its output is
 compared with the same command run with ``MDMEMORY_DAEMON=off``.
 """
 
@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 
-from mdmemory import configpath, entry, ipc
-from mdmemory.config import load_config
-from mdmemory.ipc_server import IpcServer, load_pinned
+from mdmemory.cli import entry
+from mdmemory.config import paths as configpath
+from mdmemory.config.load import load_config
+from mdmemory.runtime import ipc_protocol as ipc
+from mdmemory.runtime.ipc_server import IpcServer, load_pinned
 from tests.conftest import REPO, write
 from tests.daemon_helpers import Daemon
 from tests.service_bodies import openai_entry, retain_body
@@ -30,14 +32,15 @@ from tests.service_server import Service
 
 CLIENT = """
 import contextlib, io, json, sys
-from mdmemory import entry
+from mdmemory.cli import entry
 out, err = io.StringIO(), io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     try:
         code = entry.main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-report = {"code": code, "out": out.getvalue(), "err": err.getvalue(), "inProcess": "mdmemory.cli" in sys.modules}
+report = {"code": code, "out": out.getvalue(), "err": err.getvalue(), "inProcess": "mdmemory.cli.commands" in
+sys.modules}
 print(json.dumps(report))
 """
 

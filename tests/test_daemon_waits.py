@@ -21,9 +21,11 @@ from typing import Any
 
 import pytest
 
-from mdmemory import configpath, entry, ipc
-from mdmemory.config import load_config
-from mdmemory.ipc_server import reply_seconds
+from mdmemory.cli import entry
+from mdmemory.config import paths as configpath
+from mdmemory.config.load import load_config
+from mdmemory.runtime import ipc_protocol as ipc
+from mdmemory.runtime.ipc_server import reply_seconds
 from tests.conftest import write
 from tests.daemon_helpers import Daemon
 from tests.fake_openai import FakeOpenAIServer, Fault

@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.config import load_config
-from mdmemory.errors import InputRejected, ProviderError
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.providers import deadline
 from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.providers.remote import OpenAIEmbeddingProvider
+from mdmemory.util.errors import InputRejected, ProviderError
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer, Fault
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.service import blocks
-from mdmemory.service.sessionlog import render_entry
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.sessionlog import render_entry
 from tests.daemon_helpers import Daemon
 from tests.fleet import Fleet, eventually, recalled
 from tests.service_bodies import openai_entry, retain_body

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from mdmemory.engine.provider_choice import FALLBACK_RETRY_SECONDS
 from mdmemory.memory import Memory
-from mdmemory.search import search as run_search
-from mdmemory.selection import FALLBACK_RETRY_SECONDS
+from mdmemory.search.hybrid import search as run_search
 from mdmemory.store import Store
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer, Fault

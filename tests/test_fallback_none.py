@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from mdmemory.config import FallbackName, load_config
+from mdmemory.config.load import FallbackName, load_config
 from mdmemory.memory import Memory
 from tests.conftest import REPO, write
 

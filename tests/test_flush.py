@@ -23,15 +23,15 @@ from mdmemory.agent.flush import (
     sessions_path,
     workspace_writable,
 )
-from mdmemory.config import (
+from mdmemory.config.load import (
     AgentConfig,
     CompactionConfig,
     ConfigError,
     SessionContextConfig,
     load_config,
 )
-from mdmemory.errors import StoreError
-from mdmemory.settings import DEFAULT_FLUSH_PROMPT, DEFAULT_FLUSH_SYSTEM_PROMPT
+from mdmemory.config.settings import DEFAULT_FLUSH_PROMPT, DEFAULT_FLUSH_SYSTEM_PROMPT
+from mdmemory.util.errors import StoreError
 from tests.agent_helpers import agent_config, run_cli, write_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"

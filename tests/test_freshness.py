@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.chunker import chunk_markdown
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
+from mdmemory.index.chunker import chunk_markdown
 from mdmemory.memory import Memory
-from mdmemory.search import search as run_search
+from mdmemory.search.hybrid import search as run_search
 from mdmemory.store import Store, encode_vector
 from mdmemory.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import REPO, write
@@ -338,7 +338,7 @@ def test_a_catch_up_interval_lets_searches_skip_the_file_walk_until_it_passes_or
 def test_a_write_announced_while_a_catch_up_runs_is_caught_up_by_the_next_search(
     workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mdmemory import catchup
+    from mdmemory.engine import catchup
 
     notes(workspace, 2)
     mem = make_memory(provider="none")

@@ -6,8 +6,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from mdmemory.chunker import chunk_markdown
-from mdmemory.indexer import embedding_inputs
+from mdmemory.index.chunker import chunk_markdown
+from mdmemory.index.indexer import embedding_inputs
 from mdmemory.memory import Memory
 from mdmemory.store import Store
 from mdmemory.store.api import IndexStore
@@ -237,10 +237,10 @@ def test_phase_two_writes_a_batch_while_the_next_is_embedded_and_an_outage_keeps
 
     import pytest
 
-    import mdmemory.embedding as embedding
-    from mdmemory.errors import EmbeddingsPending, ProviderError
+    import mdmemory.index.embedding as embedding
     from mdmemory.providers.factory import ProviderChoice
     from mdmemory.providers.hashing import HashEmbeddingProvider
+    from mdmemory.util.errors import EmbeddingsPending, ProviderError
 
     class Slow(HashEmbeddingProvider):
         def __init__(self, fail_on: int | None = None) -> None:

@@ -1,4 +1,4 @@
-"""One definition of a line (mdmemory.fileread.split_lines): a line range search cites is the text ``get`` returns
+"""One definition of a line (mdmemory.util.fileread.split_lines): a line range search cites is the text ``get`` returns
 for it, for hand-edited files with CRLF, lone CR, U+2028, NEL, VT or FF, on real files and a real index."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.chunker import chunk_markdown
+from mdmemory.files.workspace import Workspace
+from mdmemory.index.chunker import chunk_markdown
 from mdmemory.memory import Memory
-from mdmemory.tools import get_file
-from mdmemory.workspace import Workspace
+from mdmemory.search.results import get_file
 from tests.conftest import write
 
 SEPARATORS = ["\n", "\r\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\n\n", "\r\n\r\n"]

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from mdmemory.chunker import chunk_markdown
-from mdmemory.indexer import embedding_input
+from mdmemory.index.chunker import chunk_markdown
+from mdmemory.index.indexer import embedding_input
 from mdmemory.memory import Memory
-from mdmemory.query import STOP_WORDS
-from mdmemory.search import search as run_search
+from mdmemory.search.hybrid import search as run_search
+from mdmemory.search.query import STOP_WORDS
 from mdmemory.store import ChunkRow
-from mdmemory.tokens import estimate_tokens
+from mdmemory.util.tokens import estimate_tokens
 from tests.conftest import MINILM, write
 
 pytest.importorskip("llama_cpp")

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.errors import ProviderError
 from mdmemory.providers.local import (
     LocalEmbeddingProvider,
     family_prefixes,
@@ -19,7 +18,8 @@ from mdmemory.providers.local import (
     pull_model,
     resolve_model_path,
 )
-from mdmemory.tokens import estimate_tokens
+from mdmemory.util.errors import ProviderError
+from mdmemory.util.tokens import estimate_tokens
 from tests.conftest import MINILM
 
 pytest.importorskip("llama_cpp")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from mdmemory.agent.schemas import tool_definitions
-from mdmemory.tools import CITED_RESULT_KEYS
+from mdmemory.search.results import CITED_RESULT_KEYS
 from tests.agent_helpers import write_config
 from tests.conftest import REPO, write
 
@@ -65,7 +65,7 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
         seen["invalid"] = await session.call_tool("memory_search", {"query": "x", "limit": 3})
         seen["status"] = await session.call_tool("memory_status", {})
 
-    drive(["-m", "mdmemory.mcp_server", "--config", str(config)], isolated_env, body)
+    drive(["-m", "mdmemory.mcp.server", "--config", str(config)], isolated_env, body)
 
     tools = {t["name"]: t for t in seen["tools"]}
     assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_status"]
@@ -108,7 +108,7 @@ def test_memory_pack_through_a_real_client_in_a_group_session(config: Path, isol
         seen["bad"] = await session.call_tool("memory_pack", {"query": "backups", "budgetTokens": 0})
         seen["search"] = await session.call_tool("memory_search", {"query": "backups"})
 
-    drive(["-m", "mdmemory.mcp_server", "--config", str(config), "--kind", "group"], isolated_env, body)
+    drive(["-m", "mdmemory.mcp.server", "--config", str(config), "--kind", "group"], isolated_env, body)
     pack = structured(seen["pack"])
     assert seen["pack"].is_error is False and "trace" not in pack
     assert (pack["query"], pack["budgetTokens"], pack["provider"], pack["mode"]) == (
@@ -162,7 +162,7 @@ def test_importing_and_building_the_server_loads_no_embedding_backend(config: Pa
     code = (
         "import sys\n"
         "from mdmemory.memory import Memory\n"
-        "from mdmemory.mcp_server import build_server\n"
+        "from mdmemory.mcp.server import build_server\n"
         f"build_server(Memory.open(config_path={str(config)!r}))\n"
         "print(sorted(m for m in ('llama_cpp', 'openai', 'huggingface_hub') if m in sys.modules))\n"
     )
@@ -174,7 +174,7 @@ def test_bad_config_exits_2_with_a_message(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json5"
     bad.write_text("{ agents: { defaults: { compaction: { reserveTokensFlor: 1 } } } }")
     done = subprocess.run(
-        [sys.executable, "-m", "mdmemory.mcp_server", "--config", str(bad)], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "mdmemory.mcp.server", "--config", str(bad)], capture_output=True, text=True, cwd=REPO
     )
     assert done.returncode == 2 and done.stdout == ""
     assert "did you mean 'reserveTokensFloor'" in done.stderr

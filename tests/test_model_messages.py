@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli import main
-from mdmemory.config import MemorySearchConfig, load_config
-from mdmemory.errors import ProviderError
+from mdmemory.cli.commands import main
+from mdmemory.config.load import MemorySearchConfig, load_config
 from mdmemory.providers.factory import build
 from mdmemory.providers.local import read_gguf_header
+from mdmemory.util.errors import ProviderError
 
 
 def settings(tmp_path: Path, model_path: str) -> MemorySearchConfig:
@@ -46,7 +46,7 @@ def test_a_file_that_is_not_gguf_names_the_convert_command(tmp_path: Path, conte
         read_gguf_header(path)
     message = str(info.value)
     assert "is not a GGUF model file" in message and "memorySearch.local.modelPath" in message
-    assert "`mdmemory model convert SRC OUT`" in message and "mdmemory.convert" not in message
+    assert "`mdmemory model convert SRC OUT`" in message and "mdmemory.providers.bert_to_gguf" not in message
 
 
 def test_the_cli_shows_the_path_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 from mdmemory.agent.dispatch import call_tool
 from mdmemory.agent.schemas import PACK_OUTPUT
-from mdmemory.config import load_config
-from mdmemory.errors import ConfigError, InvalidArgumentError
+from mdmemory.config.load import load_config
+from mdmemory.engine.packing import candidate_count
 from mdmemory.memory import Memory
-from mdmemory.packer import candidate_count
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.tokens import estimate_tokens
+from mdmemory.util.errors import ConfigError, InvalidArgumentError
+from mdmemory.util.tokens import estimate_tokens
 from tests.agent_helpers import run_cli, write_config
 from tests.conftest import both_backends, write
 

@@ -20,7 +20,7 @@ import sqlean
 
 from mdmemory.agent.schemas import SEARCH_OUTPUT
 from mdmemory.memory import Memory
-from mdmemory.query import keyword_terms, query_terms
+from mdmemory.search.query import keyword_terms, query_terms
 from tests.conftest import MINILM, write
 from tests.paraphrases import FILES, PAIRS, UNANSWERABLE, Pair, note_of
 from tests.test_agent_tools import validate

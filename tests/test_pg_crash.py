@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.store.api import IndexStore
 from mdmemory.store.pg.store import PgStore

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config import load_config
-from mdmemory.errors import StoreError, WorkspaceError
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.store.workspaceid import ID_DIR, ID_FILE
+from mdmemory.util.errors import StoreError, WorkspaceError
 from tests.conftest import REPO, write
 
 

@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import sqlean
 
-from mdmemory.errors import StoreError
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg.connection import connect, shown_url
 from mdmemory.store.pg.schema import SCHEMA_VERSION, check_schema_name, migrate
 from mdmemory.store.schema import FTS_TOKENIZE
 from mdmemory.store.terms import text_terms
+from mdmemory.util.errors import StoreError
 
 WORDS = (
     "backup server deploy database index search meeting budget travel flight hotel dinner birthday doctor "

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from mdmemory.chunker import chunk_markdown
-from mdmemory.config import HybridConfig
-from mdmemory.search import search
+from mdmemory.config.load import HybridConfig
+from mdmemory.index.chunker import chunk_markdown
+from mdmemory.search.hybrid import search
 from mdmemory.store import Store
 from mdmemory.store.pg.store import PgStore
 from mdmemory.store.rows import ChunkRow, FileRow

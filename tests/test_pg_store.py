@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.errors import LockError
 from mdmemory.store.pg.store import PgStore
 from mdmemory.store.rows import ChunkRow, FileRow
+from mdmemory.util.errors import LockError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config import load_config
-from mdmemory.errors import ConfigError, StoreError
+from mdmemory.config.load import load_config
 from mdmemory.service.podclaims import claim, claim_file, read_claim
 from mdmemory.service.pods import Owner, PodRefused, decide, scoped_id, split_id
+from mdmemory.util.errors import ConfigError, StoreError
 
 # -- the rule, pure ----------------------------------------------------------------------------------------
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.errors import ProviderError
 from mdmemory.memory import Memory
 from mdmemory.providers import native, probe
+from mdmemory.util.errors import ProviderError
 from tests.conftest import write
 
 llama_cpp = pytest.importorskip("llama_cpp")

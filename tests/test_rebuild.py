@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.errors import EmbeddingsPending, ProviderError
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.store import Store
 from mdmemory.store.open import open_store
+from mdmemory.util.errors import EmbeddingsPending, ProviderError
 from tests.conftest import REPO, both_backends, write
 
 
@@ -139,7 +139,7 @@ def test_identity_change_during_an_outage_swaps_in_the_text_and_embeds_later(
 
 SLOW_REBUILD = r"""
 import sys, time
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mdmemory.redaction.credentials import is_secret_name, looks_secret, redact_value, scrub
+from mdmemory.util.redaction.credentials import is_secret_name, looks_secret, redact_value, scrub
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_kinds_the_new_detector_knows_are_scrubbed_too() -> None:
 
 
 def test_one_marker_format_in_the_package() -> None:
-    """No module outside mdmemory.redaction writes a marker of its own (``***``, ``<redacted>``, a hand-made
+    """No module outside mdmemory.util.redaction writes a marker of its own (``***``, ``<redacted>``, a hand-made
     ``[REDACTED...]``): they all use that package's (docstrings aside)."""
     import ast
     from pathlib import Path

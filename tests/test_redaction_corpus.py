@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mdmemory.redaction import KINDS, find_secrets, marker, redact
-from mdmemory.redaction.rules import RULES
+from mdmemory.util.redaction import KINDS, find_secrets, marker, redact
+from mdmemory.util.redaction.rules import RULES
 from tests.redaction_corpus import LOOK_ALIKES, SECRETS, Case
 
 

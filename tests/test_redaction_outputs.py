@@ -13,7 +13,7 @@ import pytest
 
 from mdmemory.agent.dispatch import call_tool
 from mdmemory.memory import Memory
-from mdmemory.redaction import redact
+from mdmemory.util.redaction import redact
 from tests.conftest import write
 
 KEY = "sk-" + "proj-" + "Qm9vbGVhbjEy" + "X7kPz3rT9wLq2Vn8" + "Hc4Yd6"  # assembled: no key-shaped literal
@@ -69,7 +69,7 @@ def test_pack_items_and_bundle_never_hold_a_secret(mem: Memory, workspace: Path)
 
 def test_a_range_holding_only_the_middle_of_a_pem_block_loses_it(mem: Memory, workspace: Path) -> None:
     # lines of the key body, without BEGIN or END in range: found in the whole file, so still redacted
-    from mdmemory.trim import FileLines
+    from mdmemory.pack.trim import FileLines
 
     lines = (workspace / "MEMORY.md").read_text(encoding="utf-8").split("\n")
     f = FileLines(lines)
@@ -155,9 +155,9 @@ def corpus_mem(workspace: Path, make_memory: Callable[..., Memory]) -> Memory:
 
 
 def _outputs(mem: Memory, query: str) -> dict[str, object]:
+    from mdmemory.files.sessionlog import render_entry
     from mdmemory.service.contract import BLOCKED_KINDS  # noqa: F401 - the recall module's limits
     from mdmemory.service.recall import memories_of
-    from mdmemory.service.sessionlog import render_entry
     from tests.service_bodies import openai_entry
 
     notes, _ = _corpus_notes()

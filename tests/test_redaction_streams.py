@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.service.canonical import entry_id
-from mdmemory.service.sessionlog import render_entry
+from mdmemory.files.entry_id import entry_id
+from mdmemory.files.sessionlog import render_entry
 from tests.service_bodies import anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from mdmemory.agent.remember import remember
-from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, WorkspaceError
+from mdmemory.config.load import AgentConfig
 from mdmemory.memory import Memory
+from mdmemory.util.errors import ConfigError, WorkspaceError
 from tests.agent_helpers import agent_config, run_cli, write_config
 from tests.conftest import write
 

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from mdmemory.errors import ProviderError, TransientProviderError
 from mdmemory.providers.remote import (
     LOCAL_PLACEHOLDER_KEY,
     OpenAIEmbeddingProvider,
@@ -23,6 +22,7 @@ from mdmemory.providers.remote import (
     is_loopback,
     parse_retry_after,
 )
+from mdmemory.util.errors import ProviderError, TransientProviderError
 from tests.fake_openai import FakeOpenAIServer, Fault, fake_vector
 
 KEY = "sk-test-SECRET-123"

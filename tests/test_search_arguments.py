@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.errors import InvalidArgumentError
 from mdmemory.memory import Memory
+from mdmemory.util.errors import InvalidArgumentError
 from tests.conftest import write
 
 BAD = [

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
 from mdmemory.service import agents as agents_module
 from mdmemory.service.agents import Agents, AgentsBusy, UnknownAgent, with_sessions

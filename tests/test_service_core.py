@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config import load_config
-from mdmemory.errors import InvalidArgumentError
-from mdmemory.service import blocks
-from mdmemory.service.canonical import canonical_entry, entry_id, go_float, id_from_json, loads
+from mdmemory.config.load import load_config
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.entry_id import canonical_entry, entry_id, go_float, id_from_json, loads
+from mdmemory.files.sessionlog import SessionLog
 from mdmemory.service.contract import Turn, recall_query, turn_of
-from mdmemory.service.sessionlog import SessionLog
+from mdmemory.util.errors import InvalidArgumentError
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry
 
 
@@ -134,7 +134,7 @@ def test_concurrent_retains_never_interleave(tmp_path: Path) -> None:
 def test_concurrent_retains_share_fsyncs_and_each_returns_after_one_that_covers_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mdmemory.service.sessionlog as sessionlog_mod
+    import mdmemory.files.sessionlog as sessionlog_mod
 
     log = _log(tmp_path)
     path = tmp_path / "ws" / "sessions" / "2026-11-23.md"
@@ -182,7 +182,7 @@ def test_a_bad_ts_names_the_field_and_a_bad_timezone_dates_the_turn_in_utc(tmp_p
 
 
 def test_service_config_keys(tmp_path: Path) -> None:
-    from mdmemory.errors import ConfigError
+    from mdmemory.util.errors import ConfigError
 
     cfg = tmp_path / "s.json5"
     cfg.write_text('{service: {port: 9000, autoAgents: true, token: "abc", maxBodyBytes: 4096}}')

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.service import blocks
-from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
 from tests.fault_helpers import fill_disk, small_tmpfs
 from tests.service_bodies import openai_entry, retain_body
 from tests.service_server import Service, write_config

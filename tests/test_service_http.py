@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
+from mdmemory.files.entry_id import entry_id
 from mdmemory.memory import Memory
 from mdmemory.service.agents import with_sessions
-from mdmemory.service.canonical import entry_id
 from tests.conftest import both_backends
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
@@ -243,7 +243,7 @@ def test_backfill_local_and_over_http_honours_tombstones(service: Service, tmp_p
     live = [openai_entry("otter feeding time?", "At 09:00.", id="hist1_live"), no_id]
     ledger = _ledger(ledger_dir / "history.jsonl", live, extra=['{"version":1,"ts":', "not json"])
     raw_no_id = ledger.read_text().splitlines()[1].encode()
-    from mdmemory.service.canonical import id_from_json
+    from mdmemory.files.entry_id import id_from_json
 
     code, summary, err = _backfill(str(ledger), "--config", str(service.config), home=service.home)
     assert code == 0, err

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from mdmemory.config import load_config
+from mdmemory.config.load import load_config
 from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.readers import Readers
 from tests.conftest import write

@@ -1,4 +1,4 @@
-"""What a retain stores and what the service refuses, pure (mdmemory.service.retained, contract, telemetry):
+"""What a retain stores and what the service refuses, pure (mdmemory.files.retained, contract, telemetry):
 time zones, empty entries, the per-message cap and its secrets, wrapping, field types, the recall body a
 worker gets, and cllama's ``memory_bytes``."""
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.errors import InvalidArgumentError
-from mdmemory.service import blocks
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.retained import REDACT_MARGIN, WRAP_CHARS, prepare, stored_text, time_zone, wrapped
 from mdmemory.service.contract import (
     check_entry,
     check_entry_ids,
@@ -25,8 +25,8 @@ from mdmemory.service.contract import (
     recall_query,
     turn_of,
 )
-from mdmemory.service.retained import REDACT_MARGIN, WRAP_CHARS, prepare, stored_text, time_zone, wrapped
 from mdmemory.service.telemetry import injected_bytes
+from mdmemory.util.errors import InvalidArgumentError
 from tests import cllama_shapes as cs
 from tests.redaction_corpus import ANTHROPIC, GITHUB, JWT, PROJECT_KEY
 from tests.service_bodies import anthropic_entry, openai_entry

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.config import load_config
-from mdmemory.errors import WorkspaceError
-from mdmemory.fileread import split_lines
-from mdmemory.service import blocks
+from mdmemory.config.load import load_config
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.sessionlog import SessionLog
 from mdmemory.service.contract import Turn
-from mdmemory.service.sessionlog import SessionLog
+from mdmemory.util.errors import WorkspaceError
+from mdmemory.util.fileread import split_lines
 from tests.service_bodies import openai_entry
 
 IDS = ["hist1_a", "hist1_b", "hist1_c", "hist1_d"]

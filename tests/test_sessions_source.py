@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from mdmemory.agent.dispatch import call_tool
-from mdmemory.config import load_config
-from mdmemory.errors import ConfigError
+from mdmemory.config.load import load_config
+from mdmemory.files.transcripts import DELTA_MESSAGES, messages
 from mdmemory.memory import Memory
-from mdmemory.transcripts import DELTA_MESSAGES, messages
+from mdmemory.util.errors import ConfigError
 from tests.conftest import both_backends, write
 from tests.test_watcher import Harness, wait_for
 

@@ -1,16 +1,16 @@
 """The pure middle of replicas without the agent's files: what the index holds of a session day file
-(mdmemory.sessionview), a file's lines rebuilt from its chunks (mdmemory.store.lines), which agents a replica
-does not hold (mdmemory.service.remote) and how a block is appended (mdmemory.service.blocks)."""
+(mdmemory.files.sessionview), a file's lines rebuilt from its chunks (mdmemory.store.lines), which agents a replica
+does not hold (mdmemory.service.remote) and how a block is appended (mdmemory.files.sessionblocks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mdmemory.chunker import chunk_markdown
-from mdmemory.config import is_remote, remote_agents
-from mdmemory.service import blocks
+from mdmemory.config.load import is_remote, remote_agents
+from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.sessionview import day_of, entry_ids, view
+from mdmemory.index.chunker import chunk_markdown
 from mdmemory.service.contract import Turn
-from mdmemory.sessionview import day_of, entry_ids, view
 from mdmemory.store import ChunkRow
 from mdmemory.store.api import PendingEntry
 from mdmemory.store.lines import file_lines, file_text

@@ -23,10 +23,10 @@ import pytest
 
 from mdmemory.agent.context import session_context
 from mdmemory.agent.remember import MAX_NOTE_BYTES, remember
-from mdmemory.errors import ConfigError, SpecialFileError, WorkspaceError
-from mdmemory.fileread import open_regular, read_text
+from mdmemory.files.workspace import Workspace
 from mdmemory.memory import Memory
-from mdmemory.workspace import Workspace
+from mdmemory.util.errors import ConfigError, SpecialFileError, WorkspaceError
+from mdmemory.util.fileread import open_regular, read_text
 from tests.agent_helpers import agent_config, write_config
 from tests.conftest import REPO, write
 
@@ -123,7 +123,7 @@ def test_mcp_memory_get_on_a_fifo_answers_and_the_server_keeps_serving(
         seen["fifo"] = await session.call_tool("memory_get", {"path": "memory/2026-03-09.md"})
         seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md"})
 
-    drive(["-m", "mdmemory.mcp_server", "--config", str(config)], isolated_env, body)  # 60 s guard inside
+    drive(["-m", "mdmemory.mcp.server", "--config", str(config)], isolated_env, body)  # 60 s guard inside
     assert seen["fifo"].is_error and "FIFO" in structured(seen["fifo"])["error"]
     assert "4711" in structured(seen["after"])["text"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli_format import format_status as _format_status
+from mdmemory.cli.formatting import format_status as _format_status
 from mdmemory.memory import Memory
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider

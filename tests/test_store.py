@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.errors import StoreError
 from mdmemory.store import ChunkRow, FileRow, Store, decode_vector, encode_vector
 from mdmemory.store.schema import SCHEMA_VERSION
+from mdmemory.util.errors import StoreError
 
 
 def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:

@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import sqlean
 
-from mdmemory.config import load_config
-from mdmemory.errors import StoreError
+from mdmemory.config.load import load_config
 from mdmemory.memory import Memory
-from mdmemory.statefile import read_state_file, write_state_file
 from mdmemory.store import Store, connect, transaction
 from mdmemory.store.repair import corrupt_copies
 from mdmemory.store.schema import MIGRATIONS
+from mdmemory.util.errors import StoreError
+from mdmemory.util.statefile import read_state_file, write_state_file
 from tests.conftest import write
 from tests.fault_helpers import (
     cli,

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli import main
+from mdmemory.cli.commands import main
 from mdmemory.memory import Memory
 from tests.conftest import write
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config import load_config
-from mdmemory.errors import ConfigError
+from mdmemory.config.load import load_config
+from mdmemory.util.errors import ConfigError
 
 SECRET = "pa55-w0rd-9931"
 
@@ -110,8 +110,8 @@ def test_the_reserved_words_are_postgresqls(pg_url: str) -> None:
     other keywords can (mdmemory's own migrations run in a schema named by one: ``between``)."""
     import psycopg
 
+    from mdmemory.config.store import RESERVED_WORDS
     from mdmemory.store.pg.schema import SCHEMA_VERSION, migrate
-    from mdmemory.storeconfig import RESERVED_WORDS
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         rows = conn.execute("SELECT word, catcode FROM pg_get_keywords()").fetchall()

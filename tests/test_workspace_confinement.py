@@ -13,11 +13,11 @@ import pytest
 
 from mdmemory.agent.flush import check_flush, workspace_writable
 from mdmemory.agent.remember import remember
-from mdmemory.config import AgentConfig, load_config
-from mdmemory.errors import WorkspaceError
-from mdmemory.filewrite import Folder
+from mdmemory.config.load import AgentConfig, load_config
+from mdmemory.files.sessionlog import SessionLog
 from mdmemory.memory import Memory
-from mdmemory.service.sessionlog import SessionLog
+from mdmemory.util.errors import WorkspaceError
+from mdmemory.util.filewrite import Folder
 from tests.agent_helpers import agent_config
 from tests.conftest import write
 from tests.service_bodies import openai_entry, retain_body

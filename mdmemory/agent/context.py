@@ -4,7 +4,7 @@ Today's and yesterday's daily logs (``memory/YYYY-MM-DD.md``, dates in ``userTim
 main private session only, ``MEMORY.md``. Group contexts never get ``MEMORY.md``: it holds the user's
 private long-term memory.
 
-Secrets in the files become ``[REDACTED:<kind>]`` (mdmemory.redaction, as in recall, pack and search; a
+Secrets in the files become ``[REDACTED:<kind>]`` (mdmemory.util.redaction, as in recall, pack and search; a
 secret over several lines keeps its line breaks, so the line numbers the notes cite are the file's).
 
 The text is bounded by ``sessionContext.maxChars`` (headings and notes included). When it does not fit,
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any, Literal
 
-from mdmemory.agent import clock
-from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError
-from mdmemory.redaction import redact
-from mdmemory.tools import get_file
-from mdmemory.workspace import ROOT_FILES, Workspace
+from mdmemory.config.load import AgentConfig
+from mdmemory.files import clock
+from mdmemory.files.workspace import ROOT_FILES, Workspace
+from mdmemory.search.results import get_file
+from mdmemory.util.errors import ConfigError
+from mdmemory.util.redaction import redact
 
 SessionKind = Literal["main", "group"]
 KINDS: tuple[SessionKind, ...] = ("main", "group")

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.agent.schemas import ALL_TOOLS, DEFAULT_PACK_BUDGET, TOOLS, validate_arguments
-from mdmemory.errors import MdMemoryError
+from mdmemory.util.errors import MdMemoryError
 
 if TYPE_CHECKING:
     from mdmemory.agent.context import SessionKind

@@ -33,11 +33,11 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from mdmemory.agent import clock
-from mdmemory.agent.fsutil import fsync_dir
-from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, LockError, StoreError, WorkspaceError
-from mdmemory.filewrite import Folder
+from mdmemory.config.load import AgentConfig
+from mdmemory.files import clock
+from mdmemory.util.errors import ConfigError, LockError, StoreError, WorkspaceError
+from mdmemory.util.filewrite import Folder
+from mdmemory.util.fsync import fsync_dir
 
 NO_REPLY = "NO_REPLY"
 NO_REPLY_HINT = "If there is nothing to store, reply with NO_REPLY."
@@ -194,7 +194,7 @@ def workspace_writable(root: Path) -> tuple[bool, str]:
 
     Tried for real (a temporary file in ``memory/``, or in the workspace while it has none), since permission
     bits say nothing about read-only mounts and nothing at all to root; never outside the workspace and never
-    through a symlink (mdmemory.filewrite: a ``memory/`` that is a symlink is not writable for mdmemory). A
+    through a symlink (mdmemory.util.filewrite: a ``memory/`` that is a symlink is not writable for mdmemory). A
     workspace that does not exist yet is writable when its nearest existing parent folder is.
     """
     root = Path(root)

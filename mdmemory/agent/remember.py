@@ -4,7 +4,7 @@ The line goes in with a single ``write`` on a file opened ``O_APPEND`` (never th
 ``fsync``, all under a file lock beside the file (``.mdmemory.lock`` in the same folder, shared by every
 mdmemory process whatever its ``MDMEMORY_HOME``), so concurrent ``remember`` calls never interleave or
 lose lines. The folder and the file are created when missing; a new file starts with a heading. The folder
-is opened through ``mdmemory.filewrite.Folder``: a ``memory/`` that is a symlink (to outside the workspace
+is opened through ``mdmemory.util.filewrite.Folder``: a ``memory/`` that is a symlink (to outside the workspace
 or not) is refused, and so is a lock file that is one.
 
 Only regular files with one link are appended to: a FIFO, a device, a socket or a hard link named like
@@ -25,11 +25,11 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mdmemory.agent import clock
-from mdmemory.config import AgentConfig
-from mdmemory.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
-from mdmemory.filewrite import Folder, write_all
-from mdmemory.workspace import ROOT_FILES, Workspace
+from mdmemory.config.load import AgentConfig
+from mdmemory.files import clock
+from mdmemory.files.workspace import ROOT_FILES, Workspace
+from mdmemory.util.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
+from mdmemory.util.filewrite import Folder, write_all
 
 LOCK_NAME = ".mdmemory.lock"
 LOCK_TIMEOUT_SECONDS = 30.0
@@ -89,7 +89,7 @@ def append_line(
 
     A new or empty file gets ``heading`` and a blank line first; a file whose last line has no newline
     gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a folder on the way that is a
-    symlink (mdmemory.filewrite), a file that is not a regular file with one link, and a line that would make
+    symlink (mdmemory.util.filewrite), a file that is not a regular file with one link, and a line that would make
     the file larger than ``max_file_bytes``.
     """
     *parts, name = PurePosixPath(rel).parts

@@ -13,14 +13,14 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from mdmemory.errors import InvalidArgumentError
+from mdmemory.util.errors import InvalidArgumentError
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
 ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
 DEFAULT_PACK_BUDGET = 1000
-PACK_KINDS = ("curated", "daily", "extra", "session")  # a pack item's kind (mdmemory.pack.kind_of)
+PACK_KINDS = ("curated", "daily", "extra", "session")  # a pack item's kind (mdmemory.pack.build.kind_of)
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "

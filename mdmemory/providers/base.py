@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.providers import deadline
 from mdmemory.providers.breaker import CircuitBreaker
-from mdmemory.tokens import estimate_tokens, truncate_to_tokens
+from mdmemory.util.errors import InputRejected, ProviderError, TransientProviderError
+from mdmemory.util.tokens import estimate_tokens, truncate_to_tokens
 
 if TYPE_CHECKING:
     from concurrent.futures import Future

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mdmemory.errors import ProviderPaused
+from mdmemory.util.errors import ProviderPaused
 
 VERSION = 1
 MAX_REASON = 500

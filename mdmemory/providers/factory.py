@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from mdmemory.config import DEFAULT_REMOTE_MODEL, MemorySearchConfig
-from mdmemory.errors import ProviderError
+from mdmemory.config.load import DEFAULT_REMOTE_MODEL, MemorySearchConfig
 from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.util.errors import ProviderError
 
 ENABLE_VECTORS_HINT = (
     "vectors are off (keyword-only search): run `mdmemory model pull` (needs `pip install 'mdmemory[local]'`) "

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from mdmemory.providers.base import EmbeddingProvider
-from mdmemory.tokens import CJK_RUN
+from mdmemory.util.tokens import CJK_RUN
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 

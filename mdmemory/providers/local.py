@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from mdmemory.errors import ProviderError
 from mdmemory.providers import native, probe
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.providers.runner import Runner
-from mdmemory.tokens import truncate_to_tokens
+from mdmemory.util.errors import ProviderError
+from mdmemory.util.tokens import truncate_to_tokens
 
 HF_PREFIX = "hf:"
 INSTALL_HINT = native.INSTALL_HINT

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from mdmemory.errors import ProviderError
+from mdmemory.util.errors import ProviderError
 
 INSTALL_HINT = "install the local extra: pip install 'mdmemory[local]'"
 # Most to least capable x86 levels (llama.cpp's GGML_CPU_ALL_VARIANTS names); others sort after, by name.

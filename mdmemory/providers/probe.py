@@ -25,8 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdmemory.errors import ProviderError
 from mdmemory.providers import native
+from mdmemory.util.errors import ProviderError
 
 PROBE_TIMEOUT_SECONDS = 180.0
 PROBE_TEXT = "mdmemory probe: the quick brown fox"

@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from mdmemory.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider, RetryPolicy
 from mdmemory.providers.transport import (
@@ -44,8 +43,9 @@ from mdmemory.providers.transport import (
     parse_retry_after,
     read_capped,
 )
-from mdmemory.redaction.credentials import REDACTED, is_secret_name, scrub
-from mdmemory.tokens import estimate_tokens
+from mdmemory.util.errors import InputRejected, ProviderError, TransientProviderError
+from mdmemory.util.redaction.credentials import REDACTED, is_secret_name, scrub
+from mdmemory.util.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
 

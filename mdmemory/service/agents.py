@@ -40,18 +40,18 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
-from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
-from mdmemory.filewrite import Folder
+from mdmemory.config.load import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
+from mdmemory.config.store import store_path_clash
+from mdmemory.engine.drain import Drainer
+from mdmemory.files.sessionlog import SessionLog
+from mdmemory.files.workspace import MEMORY_DIR, SESSIONS_DIR
 from mdmemory.memory import Memory
-from mdmemory.service.drain import Drainer
 from mdmemory.service.openagent import Agent
 from mdmemory.service.pods import Pods, split_id
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import LocalLog, RemoteLog
-from mdmemory.service.sessionlog import SessionLog
-from mdmemory.storeconfig import store_path_clash
-from mdmemory.workspace import MEMORY_DIR, SESSIONS_DIR
+from mdmemory.util.errors import ConfigError, InvalidArgumentError, MdMemoryError
+from mdmemory.util.filewrite import Folder
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "workspace-template"
 # A recall catches up with hand edits at most this often (a stat of every file each time costs more than the

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from mdmemory.errors import InvalidArgumentError, MdMemoryError
+from mdmemory.files.retained import Prepared, prepare
 from mdmemory.providers import deadline
 from mdmemory.service import contract
 from mdmemory.service.agents import Agent, Agents, AgentsBusy, UnknownAgent
@@ -35,10 +35,10 @@ from mdmemory.service.edge import EdgeRules, HttpError, error
 from mdmemory.service.pods import PodRefused
 from mdmemory.service.recall import recall_answer
 from mdmemory.service.recallpool import NoWorkerInTime, RecallPool
-from mdmemory.service.retained import Prepared, prepare
 from mdmemory.service.startup import Starting, Startup
 from mdmemory.service.telemetry import Telemetry, recall_sizes
 from mdmemory.service.timebox import CATCH_UP_SHARE, EMBED_SHARE, START_SHARE, Dropped, Timebox, race_client
+from mdmemory.util.errors import InvalidArgumentError, MdMemoryError
 
 if TYPE_CHECKING:
     from mdmemory.service.protocol import Connections

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mdmemory.config import Config
-from mdmemory.errors import ConfigError
+from mdmemory.config.load import Config
+from mdmemory.util.errors import ConfigError
 
 TOKEN_ENV = "MEMORY_API_TOKEN"
 TOKEN_FILE = "service-token"

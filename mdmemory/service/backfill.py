@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from mdmemory.errors import InvalidArgumentError, MdMemoryError
-from mdmemory.service.canonical import id_from_json
+from mdmemory.files.entry_id import id_from_json
 from mdmemory.service.contract import check_agent_id, check_entry, check_json, check_pod
+from mdmemory.util.errors import InvalidArgumentError, MdMemoryError
 
 Retain = Callable[[str, dict[str, Any]], str]  # (agent_id, entry) -> "retained" | "duplicate" | "forgotten"
 

@@ -4,7 +4,7 @@ The proxy sends a conversation whole, twice in a retain (``request_original`` an
 1.2 MB conversation is a 2.4 MB retain body, and the proxy never retries one that was refused. So the limit
 bounds what is *read* generously (64 MiB by default; 413 only past it, also for a chunked body without a
 ``Content-Length``), and what is *stored* is bounded elsewhere (the turn, each message within
-``service.maxMessageChars``: mdmemory.service.retained).
+``service.maxMessageChars``: mdmemory.files.retained).
 
 Memory and the event loop: a body is held as text and then as parsed objects, about four times its size at
 its peak. Bodies over ``LARGE_BODY_BYTES`` take one of ``LARGE_BODIES_AT_ONCE`` places from the moment they

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from mdmemory.errors import ConfigError
+from mdmemory.util.errors import ConfigError
 
 FDS_RESERVED = 64  # stdio, the listening socket, the event loop, model and log files, temporary files
 FDS_PER_SOCKET = 4  # a configured agent's command-line socket, its index and a connection or two

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from mdmemory.errors import InvalidArgumentError
-from mdmemory.redaction import find_secrets
 from mdmemory.service.payloads import content_text, response_json, response_sse
+from mdmemory.util.errors import InvalidArgumentError
+from mdmemory.util.redaction import find_secrets
 
 MAX_RECALL_BLOCKS = 8  # memory.go maxRecallBlocks
 MAX_RECALL_TEXT_BYTES = 8 * 1024  # memory.go maxRecallTextBytes

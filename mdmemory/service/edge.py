@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mdmemory.redaction import redact
+from mdmemory.util.redaction import redact
 
 _PORT = re.compile(r":\d{1,5}")
 BROWSER = (

@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mdmemory.config import AgentConfig
-from mdmemory.errors import EmbeddingsPending, WorkspaceError
+from mdmemory.config.load import AgentConfig
+from mdmemory.engine.drain import Drainer
+from mdmemory.files.sessionlog import SessionLog
 from mdmemory.memory import Memory
 from mdmemory.providers import deadline
-from mdmemory.service.drain import Drainer
 from mdmemory.service.readers import Readers
 from mdmemory.service.remote import RemoteLog
-from mdmemory.service.sessionlog import SessionLog
 from mdmemory.service.vectorwait import VectorTickets
+from mdmemory.util.errors import EmbeddingsPending, WorkspaceError
 
 
 @dataclass

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mdmemory.config import AgentConfig
-from mdmemory.errors import MdMemoryError, StoreError
+from mdmemory.config.load import AgentConfig
 from mdmemory.service.contract import check_pod
 from mdmemory.service.remote import entry_log
 from mdmemory.store.open import local_disk
+from mdmemory.util.errors import MdMemoryError, StoreError
 
 SUFFIX = ".pod.json"
 _TIME = "%Y-%m-%dT%H:%M:%SZ"

@@ -25,10 +25,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import MdMemoryError
+from mdmemory.config.load import AgentConfig, Config
 from mdmemory.service.contract import check_agent_id, check_pod
 from mdmemory.service.podclaims import Owner, claim, read_claim
+from mdmemory.util.errors import MdMemoryError
 
 SEPARATOR = "@"
 

@@ -5,7 +5,7 @@ at most ``maxRecallBlocks`` 8 blocks, ``maxRecallTextBytes`` 8 KiB of text in al
 most ``maxMemoryBlockBytes`` 16 KiB, beyond which the proxy drops the whole answer). Every text ends with its
 citation (``Source: path#Lx-Ly``) and passes through redaction; no block has a kind the proxy drops. A
 retained turn reads ``**User:** … **Assistant:** …`` as it was said: no entry id, no marker, no escape
-(the pack shows session day files so: mdmemory.sessionview.prompt_text).
+(the pack shows session day files so: mdmemory.files.sessionview.prompt_text).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import re
 from typing import Any
 
 from mdmemory.memory import Memory
-from mdmemory.redaction import redact
 from mdmemory.service.contract import (
     BLOCKED_KINDS,
     MAX_RECALL_BLOCKS,
@@ -23,6 +22,7 @@ from mdmemory.service.contract import (
     MAX_RECALL_TEXT_BYTES,
     recall_query,
 )
+from mdmemory.util.redaction import redact
 
 RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citations within 8 KiB
 

@@ -124,10 +124,10 @@ class WorkerAgents:
 
 def answer(agents: WorkerAgents, frame: bytes) -> bytes:
     """One request frame in, one reply frame out; errors become their HTTP status, as the service maps them."""
-    from mdmemory.errors import InvalidArgumentError, MdMemoryError
     from mdmemory.providers import deadline
     from mdmemory.service.agents import UnknownAgent
     from mdmemory.service.recall import recall_answer, recall_info
+    from mdmemory.util.errors import InvalidArgumentError, MdMemoryError
 
     line, _, body = frame.partition(b"\n")
     try:
@@ -171,7 +171,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from mdmemory.threads import single_threaded_blas
+    from mdmemory.util.threads import single_threaded_blas
 
     single_threaded_blas()
     sys.exit(main(sys.argv[1:]))

@@ -5,8 +5,8 @@ Both keep the database's record of entries and tombstones (``mdmemory.store.api.
 replica recognises a duplicate or a forgotten id whichever replica saw it first:
 
 - ``RemoteLog.retain`` commits the rendered block as a pending entry (the ``202`` follows the commit); the
-  agent's host writes it into ``sessions/<day>.md`` (mdmemory.service.drain) and, until then, the index holds
-  it as part of that file's view (mdmemory.entryindex). ``forget`` commits tombstones; the caller's sync then
+  agent's host writes it into ``sessions/<day>.md`` (mdmemory.engine.drain) and, until then, the index holds
+  it as part of that file's view (mdmemory.index.entries). ``forget`` commits tombstones; the caller's sync then
   removes the blocks from the index at once, and the agent's host removes them from its files.
 - ``LocalLog`` writes the files as ``SessionLog`` does, and records what it retained and forgot in the
   database; a database that cannot be reached only costs the cross-replica check of a retain. A retain is
@@ -25,12 +25,12 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from mdmemory.config import AgentConfig
-from mdmemory.errors import StoreError
-from mdmemory.service.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare
-from mdmemory.service.sessionlog import SessionLog, Status, tombstone_reason
+from mdmemory.config.load import AgentConfig
+from mdmemory.files.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare
+from mdmemory.files.sessionlog import SessionLog, Status, tombstone_reason
 from mdmemory.store.api import EntryLog
 from mdmemory.store.faults import store_errors, store_fault
+from mdmemory.util.errors import StoreError
 
 
 @contextlib.contextmanager

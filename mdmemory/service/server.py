@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from mdmemory.config import AgentConfig, Config
-from mdmemory.errors import ConfigError, InvalidArgumentError, MdMemoryError
-from mdmemory.ipc_server import IpcServer
+from mdmemory.config.load import AgentConfig, Config
+from mdmemory.engine.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
+from mdmemory.runtime.ipc_server import IpcServer
 from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.contract import check_agent_id
@@ -30,7 +30,7 @@ from mdmemory.service.readers import reader_count
 from mdmemory.service.recallpool import RecallPool, default_size
 from mdmemory.service.startup import Startup
 from mdmemory.service.telemetry import Telemetry
-from mdmemory.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
+from mdmemory.util.errors import ConfigError, InvalidArgumentError, MdMemoryError
 
 DRAIN_SECONDS = 30
 INDEX_EVERY_SECONDS = 1.0
@@ -109,7 +109,7 @@ class BackgroundIndexer:
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
     def _drain(self, agent: Agent) -> None:
-        """Write what replicas without the agent's files retained and forgot into them (mdmemory.service.drain)."""
+        """Write what replicas without the agent's files retained and forgot into them (mdmemory.engine.drain)."""
         assert agent.drainer is not None
         try:
             report = agent.drainer.run_once()
@@ -133,7 +133,7 @@ def serve(
     and for limits the file-descriptor limit cannot hold (mdmemory.service.budget).
     ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
-    With the ``fingerprint`` of ``config`` (mdmemory.ipc_server.load_pinned), every configured agent also
+    With the ``fingerprint`` of ``config`` (mdmemory.runtime.ipc_server.load_pinned), every configured agent also
     answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON.
 
     ``only`` (``serve --agent``): serve just these agents (configured ones, or any id under ``service.autoAgents``);

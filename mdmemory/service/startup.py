@@ -30,13 +30,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config import Config
-from mdmemory.errors import InvalidArgumentError
+from mdmemory.config.load import Config
 from mdmemory.service.agents import Agents
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.edge import HttpError
 from mdmemory.service.recall import recall
 from mdmemory.service.recallpool import RecallPool, cores
+from mdmemory.util.errors import InvalidArgumentError
 
 WARM_QUERY = "what do we know about this project and its people?"
 STOP_SECONDS = 60.0  # how long a stop waits for the agent being opened (a sync stops between files)

@@ -1,6 +1,6 @@
 """The index interface both stores (SQLite, PostgreSQL) offer.
 
-``SearchStore`` is what searching asks: ``mdmemory.search`` is written against it, so it runs unchanged on
+``SearchStore`` is what searching asks: ``mdmemory.search.hybrid`` is written against it, so it runs unchanged on
 either; keyword arguments are plain query terms (each store turns them into its own query: an FTS5 MATCH,
 or its postings). ``IndexStore`` is everything else the indexer, ``Memory``, status, the pack and
 ``mdmemory.store.copy`` use, none of them knowing which store it talks to (``mdmemory.store.open`` picks one).
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
-    from mdmemory.errors import StoreError
     from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
+    from mdmemory.util.errors import StoreError
 
 
 EntryStatus = Literal["retained", "duplicate", "forgotten"]

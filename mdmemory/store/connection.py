@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import sqlean
 
-from mdmemory.errors import StoreError
 from mdmemory.store.faults import fault_kind, store_fault
+from mdmemory.util.errors import StoreError
 
 BUSY_TIMEOUT_MS = 15_000
 MMAP_BYTES = 1 << 30

@@ -14,8 +14,8 @@ import os
 import sys
 from pathlib import Path
 
-from mdmemory.errors import StoreError
-from mdmemory.redaction.credentials import scrub
+from mdmemory.util.errors import StoreError
+from mdmemory.util.redaction.credentials import scrub
 
 NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less free space than this is treated as a full disk
 

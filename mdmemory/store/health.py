@@ -1,7 +1,7 @@
 """``<index>.health.json``: what went wrong with an index, readable when the index itself is not.
 
 The index cannot record its own failures when it is full, read-only or corrupt, so they are kept in a
-small file beside it (see ``mdmemory.statefile``, which stays writable on a full disk):
+small file beside it (see ``mdmemory.util.statefile``, which stays writable on a full disk):
 
 - ``lastError``: ``{at, error, kind}`` of the last failed sync or search, cleared by a successful sync;
 - ``corrupt``: ``{inode, at, error}`` when a read found the database damaged; the next writer moves that
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdmemory.statefile import read_state_file, write_state_file
+from mdmemory.util.statefile import read_state_file, write_state_file
 
 KEEP_CORRUPT = 2
 MAX_MESSAGE_CHARS = 1000

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 import sqlean
 
-from mdmemory.errors import StoreError
 from mdmemory.store.cache import EmbeddingCache
 from mdmemory.store.connection import connect
 from mdmemory.store.faults import fault_message, store_fault, unwritable_reason
@@ -29,6 +28,7 @@ from mdmemory.store.schema import check_ours, check_readable_schema, migrate
 from mdmemory.store.sql import rows_in
 from mdmemory.store.sqlite_db import SqliteDb
 from mdmemory.store.vecwrite import VectorWrites
+from mdmemory.util.errors import StoreError
 
 if TYPE_CHECKING:
     import numpy as np

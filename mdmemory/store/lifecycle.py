@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from mdmemory.errors import LockError
 from mdmemory.store.connection import remove_database, transaction
 from mdmemory.store.generations import live_file, next_generation, remove_orphans, swap_in
+from mdmemory.util.errors import LockError
 
 
 class Built(Protocol):

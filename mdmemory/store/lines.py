@@ -2,11 +2,11 @@
 
 A chunk's text is exactly its lines (``"\\n".join(lines[start_line - 1 : end_line])``), or, for a line over the
 chunk budget, one of consecutive slices of it (``start_line == end_line``, several chunks) whose texts join to
-the line (mdmemory.chunker). Overlapping chunks agree on the lines they share. Lines no chunk holds (blank
+the line (mdmemory.index.chunker). Overlapping chunks agree on the lines they share. Lines no chunk holds (blank
 lines after the last chunk, a run the chunker dropped as whitespace) come back empty.
 
 Used where the files are not on this machine: a ``mdmemory serve`` replica packs from these lines, and
-rewrites a session file's rows from them (mdmemory.entryindex).
+rewrites a session file's rows from them (mdmemory.index.entries).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from mdmemory.store.rows import ChunkRow
 
 # The size recorded for a file indexed as other text than the file's (a session file with entries the database
-# holds for it, mdmemory.entryindex): never the size of a file on disk, so its host reads it again.
+# holds for it, mdmemory.index.entries): never the size of a file on disk, so its host reads it again.
 VIRTUAL_SIZE = -1
 
 

@@ -1,4 +1,4 @@
-"""Which store holds an agent's index: ``memorySearch.store.backend`` (see ``mdmemory.storeconfig``).
+"""Which store holds an agent's index: ``memorySearch.store.backend`` (see ``mdmemory.config.store``).
 
 The one place that chooses between the SQLite store and the PostgreSQL one; everything above talks to the
 ``IndexStore`` it returns.
@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.errors import ConfigError
-from mdmemory.storeconfig import URL_ENV, shown_url, url_problem
+from mdmemory.config.store import URL_ENV, shown_url, url_problem
+from mdmemory.util.errors import ConfigError
 
 if TYPE_CHECKING:
-    from mdmemory.config import AgentConfig
+    from mdmemory.config.load import AgentConfig
     from mdmemory.store.api import EntryLog, IndexStore
 
 
@@ -48,10 +48,10 @@ def open_entry_log(agent: AgentConfig) -> EntryLog | None:
     settings = agent.memory_search.store
     if settings.backend != "postgres":
         return None
-    from mdmemory.errors import StoreError
     from mdmemory.store.pg.connection import borrow, connect
     from mdmemory.store.pg.entries import PgEntryLog
     from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
+    from mdmemory.util.errors import StoreError
 
     url, schema = _url(agent), check_schema_name(settings.schema)
     try:

@@ -17,10 +17,10 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from mdmemory.errors import LockError, StoreError
 from mdmemory.store.connection import remove_database
 from mdmemory.store.generations import live_file, remove_orphans
 from mdmemory.store.health import KEEP_CORRUPT, MAX_MESSAGE_CHARS, live_inode, read_health, update_health
+from mdmemory.util.errors import LockError, StoreError
 
 _CORRUPT = re.compile(r"\.corrupt-(\d{8}T\d{6}Z)(?:-(\d+))?")
 

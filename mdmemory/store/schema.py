@@ -7,8 +7,8 @@ from pathlib import Path
 
 import sqlean
 
-from mdmemory.errors import StoreError
 from mdmemory.store.connection import transaction
+from mdmemory.util.errors import StoreError
 
 FTS_TOKENIZE = "porter unicode61 remove_diacritics 2"  # keyword terms: folded, stemmed (see store/terms.py)
 
@@ -158,7 +158,7 @@ def migrate(conn: sqlean.Connection) -> int:
     """
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if version > SCHEMA_VERSION:
-        from mdmemory.errors import StoreError
+        from mdmemory.util.errors import StoreError
 
         raise StoreError(
             f"index schema version {version} is newer than this mdmemory ({SCHEMA_VERSION}); upgrade mdmemory "

@@ -8,10 +8,10 @@ from typing import Any
 
 import sqlean
 
-from mdmemory.errors import StoreError
 from mdmemory.store.rows import ChunkRow, ChunkVectors
 from mdmemory.store.sqlite_db import SqliteDb
 from mdmemory.store.vectors import encode_vector
+from mdmemory.util.errors import StoreError
 
 
 class VectorWrites:

@@ -30,7 +30,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from mdmemory.errors import WorkspaceError
+from mdmemory.util.errors import WorkspaceError
 
 ID_DIR = ".mdmemory"
 ID_FILE = "workspace-id"

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.errors import StoreError, WorkspaceError
 from mdmemory.store.workspaceid import WorkspaceIdentity, by_path, identify
+from mdmemory.util.errors import StoreError, WorkspaceError
 
 if TYPE_CHECKING:
     from pathlib import Path

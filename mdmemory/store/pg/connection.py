@@ -19,10 +19,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from mdmemory.errors import StoreError
+from mdmemory.config.store import URL_ENV as URL_ENV
+from mdmemory.config.store import shown_url as shown_url
 from mdmemory.store.pg import codec
-from mdmemory.storeconfig import URL_ENV as URL_ENV
-from mdmemory.storeconfig import shown_url as shown_url
+from mdmemory.util.errors import StoreError
 
 DEFAULT_MAX_CONNECTIONS = 16  # per URL and process (store.maxConnections); a borrower waits this long, then fails
 POOL_WAIT_SECONDS = 10.0

@@ -19,7 +19,7 @@ from typing import Any
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import Borrowing
 from mdmemory.store.terms import text_terms
-from mdmemory.tokens import CJK_RUN
+from mdmemory.util.tokens import CJK_RUN
 
 K1 = 1.2
 B = 0.75

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mdmemory.errors import StoreError
-from mdmemory.storeconfig import schema_problem
+from mdmemory.config.store import schema_problem
+from mdmemory.util.errors import StoreError
 
 SCHEMA_VERSION = 7
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations

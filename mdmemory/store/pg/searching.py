@@ -1,4 +1,4 @@
-"""Search on one agent's PostgreSQL index: what ``mdmemory.search`` asks of a store (``SearchStore``), over
+"""Search on one agent's PostgreSQL index: what ``mdmemory.search.hybrid`` asks of a store (``SearchStore``), over
 the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL live in ``keyword`` and
 ``vectors``."""
 
@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from mdmemory.config.store import HnswConfig
 from mdmemory.store.fts import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrows, current, give_back, spare
-from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.errors import LockError, StoreError
+from mdmemory.config.store import HnswConfig
 from mdmemory.store.pg import claims, keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
@@ -31,7 +31,7 @@ from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
 from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
-from mdmemory.storeconfig import HnswConfig
+from mdmemory.util.errors import LockError, StoreError
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -88,7 +88,7 @@ class PgStore(PgIndexing, PgSearching):
 
     def entry_log(self) -> PgEntryLog:
         """The agent's retained entries and tombstones: each call on a connection from the pool, or on the
-        one the calling thread's block holds (the writer's, under its lock: ``mdmemory.entryindex.snapshot``)."""
+        one the calling thread's block holds (the writer's, under its lock: ``mdmemory.index.entries.snapshot``)."""
         return PgEntryLog(None, self.schema, self.agent_id, url=self.url, max_connections=self.max_connections)
 
     def reopen(self) -> None:

@@ -12,8 +12,8 @@ import hashlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from mdmemory.config.store import HnswConfig
 from mdmemory.store.pg import codec
-from mdmemory.storeconfig import HnswConfig
 
 if TYPE_CHECKING:
     import numpy as np
