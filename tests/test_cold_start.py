@@ -132,6 +132,7 @@ def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() 
         "mdmemory",
         "mdmemory.cli",
         "mdmemory.cli.entry",
+        "mdmemory.cli.output",
         "mdmemory.config",
         "mdmemory.config.paths",
         "mdmemory.runtime",

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from mdmemory.cli import entry
+from mdmemory.cli.commands import SocketCommands
 from mdmemory.config import paths as configpath
 from mdmemory.config.load import load_config
 from mdmemory.runtime import ipc_protocol as ipc
@@ -233,7 +234,7 @@ def test_the_server_stops_its_threads(config: Path, no_thread_leaks: None) -> No
     loaded, fp = load_pinned(str(config))
     assert fp is not None
     events: list[dict[str, Any]] = []
-    server = IpcServer(loaded, fp, loaded.agents, events.append)
+    server = IpcServer(loaded, fp, loaded.agents, events.append, SocketCommands())
     server.start()
     try:
         env = dict(os.environ)

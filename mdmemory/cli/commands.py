@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
@@ -17,7 +18,7 @@ from mdmemory import __version__  # noqa: I001
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli import formatting as render
 from mdmemory.cli.agent_commands import register as register_agent_commands
-from mdmemory.cli.entry import write
+from mdmemory.cli.output import write
 from mdmemory.cli.service_commands import register as register_service_commands
 from mdmemory.cli.store_commands import register as register_store_commands
 from mdmemory.util.display import display_name, display_text
@@ -144,7 +145,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p.set_defaults(func=cmd_model_convert, needs_memory=False)
 
     register_agent_commands(sub, common)
-    register_service_commands(sub, common)
+    register_service_commands(sub, common, SocketCommands)
     register_store_commands(sub, common, parser_class)
     return parser
 
@@ -216,7 +217,6 @@ def watch_main(args: argparse.Namespace) -> int:
     """Run the watch daemon until SIGINT/SIGTERM; every event is one JSON line on stdout."""
     import queue
     import signal
-    import threading
 
     from mdmemory.util.threads import single_threaded_blas
 
@@ -249,7 +249,15 @@ def watch_main(args: argparse.Namespace) -> int:
         config, fingerprint = load_pinned(args.config)
         if fingerprint is None:
             emit({"event": "error", "error": "the config file kept changing while loading; no command-line socket"})
-        daemon.run(config, args.agent, emit, stop, polling=True if args.polling else None, fingerprint=fingerprint)
+        daemon.run(
+            config,
+            args.agent,
+            emit,
+            stop,
+            polling=True if args.polling else None,
+            fingerprint=fingerprint,
+            commands=SocketCommands(),
+        )
     except ConfigError as exc:
         return _fail(exc, EXIT_USAGE, True)
     except MdMemoryError as exc:
@@ -319,6 +327,27 @@ def parse(argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = N
             except Refused:
                 parser = build_parser()
     return _merge_global_options(parser.parse_args(argv))
+
+
+class SocketCommands:
+    """The command line as a daemon's socket server runs it (mdmemory.runtime.ipc_server.CommandLine): one
+    quiet parser, built once; arguments it refuses go back to the client, whose own parser reports them."""
+
+    def __init__(self) -> None:
+        self._parser = build_parser(QuietParser)
+        self._lock = threading.Lock()  # argparse keeps no state between calls, but say so
+
+    def parse(self, argv: list[str]) -> argparse.Namespace:
+        from mdmemory.runtime.ipc_protocol import Refused as Left
+
+        try:
+            with self._lock:
+                return parse(argv, self._parser)
+        except Refused as exc:
+            raise Left(f"arguments the command line reports itself: {exc}") from None
+
+    def execute(self, args: argparse.Namespace, memory: Callable[[], AbstractContextManager[Memory]]) -> Outcome:
+        return execute(args, memory)
 
 
 def _command_named(argv: Sequence[str]) -> str | None:

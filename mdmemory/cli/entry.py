@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from mdmemory.cli.output import write
 from mdmemory.config import paths as configpath
 from mdmemory.runtime import ipc_protocol as ipc
 
@@ -177,17 +178,3 @@ def _ours(sock: Any, uid: int | None, home: str) -> bool:
         return uid == os.getuid()
     info = os.stat(ipc.run_dir(home))
     return info.st_uid == os.getuid() and not info.st_mode & 0o077
-
-
-def write(code: int, out: str, err: str) -> int:
-    """Print a command's output (the daemon's or this process's) and return its exit code."""
-    try:
-        if out:
-            sys.stdout.write(out)
-            sys.stdout.flush()
-    except BrokenPipeError:  # `mdmemory ... | head`: the reader left; that is not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    if err:
-        sys.stderr.write(err)
-        sys.stderr.flush()
-    return code

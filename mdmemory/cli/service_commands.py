@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,11 @@ from mdmemory.util.errors import ConfigError, InvalidArgumentError, MdMemoryErro
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
 
-def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
+def register(
+    sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser, socket_commands: Callable[[], Any]
+) -> None:
+    """The service's commands; ``socket_commands()`` makes what answers the command-line socket
+    (mdmemory.cli.commands.SocketCommands: passed in, so this module does not import the one that imports it)."""
     p = sub.add_parser("serve", help="run the memory-plane HTTP service (recall/retain/forget)")
     p.add_argument("--config", help="config file (default: $MDMEMORY_CONFIG or ~/.mdmemory/config.json5)")
     p.add_argument(
@@ -34,7 +39,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
         metavar="N",
         help="processes answering recalls (default: service.recallWorkers, one per core up to 4; 0: none)",
     )
-    p.set_defaults(func=None, command_main=serve_main)
+    p.set_defaults(func=None, command_main=serve_main, socket_commands=socket_commands)
 
     p = sub.add_parser("describe", parents=[common], help="print the service descriptor (.claw-describe.json)")
     p.set_defaults(func=cmd_describe, needs_memory=False)
@@ -78,6 +83,7 @@ def serve_main(args: argparse.Namespace) -> int:
             args.host,
             args.port,
             fingerprint=fingerprint,
+            commands=args.socket_commands(),
             recall_workers=args.recall_workers,
             only=list(dict.fromkeys(args.agent)),
         )

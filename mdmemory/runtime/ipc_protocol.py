@@ -65,6 +65,10 @@ class Closed(ProtocolError):
     """The other end closed the connection before a whole frame came (it died, or refused by closing)."""
 
 
+class Refused(Exception):
+    """A request the daemon leaves to the client (which then runs the command itself); the reason goes back."""
+
+
 def fingerprint(source: str | None, env: Mapping[str, str]) -> str | None:
     """What a config resolves from, hashed (see the module docstring); None when the file cannot be read."""
     import hashlib  # here: a command with no daemon to ask never needs it (OpenSSL's load is 2 ms)

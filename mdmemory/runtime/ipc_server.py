@@ -3,9 +3,11 @@
 ``mdmemory watch`` and ``mdmemory serve`` start an ``IpcServer`` for the agents they serve. For each agent
 it binds ``<index>.sock`` (0600) and links it from the rendezvous folder; one thread accepts on every
 socket and each connection gets a thread of its own (at most ``MAX_CONNECTIONS``; beyond that a connection
-is closed and that client runs the command itself). A request is the client's argv: it is parsed with the
-command line's own parser and run with ``mdmemory.cli.commands.execute`` on a ``Memory`` the server keeps open for
-the agent, so the reply (stdout, stderr, exit code) is what the command would have printed in-process.
+is closed and that client runs the command itself). A request is the client's argv: it is parsed and run by
+the command line the server is given (``CommandLine``: mdmemory.cli.commands.SocketCommands, injected by
+``mdmemory watch`` and ``mdmemory serve``, so this module never imports the command line) on a ``Memory`` the
+server keeps open for the agent, so the reply (stdout, stderr, exit code) is what the command would have
+printed in-process.
 A request it takes is acknowledged at once with the seconds it will answer within (``reply_seconds``:
 the agent's search budget and a margin); the client gives up after them, so a request still waiting
 for the agent (one request runs per agent at a time) when they are over is dropped, not run.
@@ -30,9 +32,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from mdmemory.cli import commands as cli
 from mdmemory.config import paths as configpath
 from mdmemory.config.load import AgentConfig, Config, load_config
 from mdmemory.engine import catchup
@@ -53,8 +54,19 @@ Emit = Callable[[dict[str, Any]], None]
 SharedChoice = Callable[[str], "ProviderChoice | None"]
 
 
-class _Refused(Exception):
-    """The request is not one this server answers; the reason goes back to the client."""
+class CommandLine(Protocol):
+    """The command line as this server runs it: ``parse`` raises ``ipc_protocol.Refused`` for arguments the
+    client's own command line should report; ``execute`` runs a parsed command on the ``Memory`` that
+    ``memory()`` enters and returns (exit code, stdout, stderr)."""
+
+    def parse(self, argv: list[str]) -> argparse.Namespace: ...
+
+    def execute(
+        self, args: argparse.Namespace, memory: Callable[[], contextlib.AbstractContextManager[Memory]]
+    ) -> tuple[int, str, str]: ...
+
+
+_Refused = ipc.Refused
 
 
 class _Late(Exception):
@@ -103,6 +115,7 @@ class IpcServer:
         fingerprint: str,
         agents: Sequence[AgentConfig],
         emit: Emit,
+        commands: CommandLine,
         shared_choice: SharedChoice | None = None,
     ) -> None:
         self.config = config
@@ -116,8 +129,7 @@ class IpcServer:
         self._threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
         self._other_configs: set[str] = set()  # fingerprints already reported (see _report_other_config)
-        self._parse_lock = threading.Lock()
-        self._parser = cli.build_parser(cli.QuietParser)
+        self.commands = commands
         self._accepter: threading.Thread | None = None
         self._stopped = False
 
@@ -287,11 +299,7 @@ class IpcServer:
         argv = request.get("argv")
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise _Refused("argv must be a list of strings")
-        try:
-            with self._parse_lock:  # one parser, built once: argparse keeps no state between calls, but say so
-                args = cli.parse(argv, self._parser)
-        except cli.Refused as exc:
-            raise _Refused(f"arguments the command line reports itself: {exc}") from None
+        args = self.commands.parse(argv)
         if args.command not in COMMANDS:
             raise _Refused(f"the daemon answers {', '.join(COMMANDS)}, not {args.command}")
         if args.config != request.get("config") or args.agent != request.get("agent"):
@@ -306,7 +314,7 @@ class IpcServer:
 
     def _run(self, args: argparse.Namespace, served: _Served, deadline: float) -> dict[str, Any]:
         """Run the command on the agent's memory, unless it is still waiting for it at ``deadline``."""
-        code, out, err = cli.execute(args, lambda: self._memory(served, deadline))
+        code, out, err = self.commands.execute(args, lambda: self._memory(served, deadline))
         return {"code": code, "stdout": out, "stderr": err}
 
     def _report_other_config(self, served: _Served, fingerprint: str) -> None:

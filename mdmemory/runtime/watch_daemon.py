@@ -27,7 +27,7 @@ from mdmemory.engine.drain import Drainer
 from mdmemory.engine.watchstate import state_path
 from mdmemory.memory import Memory
 from mdmemory.runtime.file_watcher import MemoryWatcher
-from mdmemory.runtime.ipc_server import IpcServer
+from mdmemory.runtime.ipc_server import CommandLine, IpcServer
 from mdmemory.service.agents import with_sessions
 from mdmemory.util.errors import LockError, StoreError
 from mdmemory.util.statefile import write_state_file
@@ -205,11 +205,13 @@ def run(
     *,
     polling: bool | None = None,
     fingerprint: str | None = None,
+    commands: CommandLine | None = None,
 ) -> None:
     """Watch the given agents (all configured agents when empty) until ``stop`` is set.
 
-    With the ``fingerprint`` of ``config`` (mdmemory.runtime.ipc_server.load_pinned), the watched agents also answer
-    the command line's ``search``/``get``/``pack`` on their sockets (mdmemory.runtime.ipc_server)."""
+    With the ``fingerprint`` of ``config`` (mdmemory.runtime.ipc_server.load_pinned) and the ``commands`` to run
+    (mdmemory.cli.commands.SocketCommands), the watched agents also answer the command line's
+    ``search``/``get``/``pack`` on their sockets (mdmemory.runtime.ipc_server)."""
     agents = [config.agent(a) for a in agent_ids] if agent_ids else list(config.agents)
     watches: list[AgentWatch] = []
     server: IpcServer | None = None
@@ -223,13 +225,14 @@ def run(
                 emit({"event": "skipped", "agent": agent.id, "reason": reason})
                 continue
             watches.append(start_agent(agent, config, emit, polling=polling))
-        if fingerprint is not None and watches:
+        if fingerprint is not None and commands is not None and watches:
             by_id = {w.agent.id: w for w in watches}
             server = IpcServer(
                 config,
                 fingerprint,
                 [w.agent for w in watches],
                 emit,
+                commands,
                 shared_choice=lambda agent_id: by_id[agent_id].service.memory._choice,
             )
             server.start()

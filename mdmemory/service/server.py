@@ -22,7 +22,7 @@ from typing import Any
 
 from mdmemory.config.load import AgentConfig, Config
 from mdmemory.engine.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
-from mdmemory.runtime.ipc_server import IpcServer
+from mdmemory.runtime.ipc_server import CommandLine, IpcServer
 from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
 from mdmemory.service.contract import check_agent_id
@@ -126,6 +126,7 @@ def serve(
     port: int | None = None,
     env: Mapping[str, str] | None = None,
     fingerprint: str | None = None,
+    commands: CommandLine | None = None,
     recall_workers: int | None = None,
     only: Sequence[str] = (),
 ) -> None:
@@ -133,8 +134,9 @@ def serve(
     and for limits the file-descriptor limit cannot hold (mdmemory.service.budget).
     ``recall_workers`` (default: ``service.recallWorkers``) processes answer recalls beside this one.
 
-    With the ``fingerprint`` of ``config`` (mdmemory.runtime.ipc_server.load_pinned), every configured agent also
-    answers the command line's ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON.
+    With the ``fingerprint`` of ``config`` (mdmemory.runtime.ipc_server.load_pinned) and the ``commands`` to run
+    (mdmemory.cli.commands.SocketCommands), every configured agent also answers the command line's
+    ``search``/``get``/``pack`` on its socket; its errors go to stderr as JSON.
 
     ``only`` (``serve --agent``): serve just these agents (configured ones, or any id under ``service.autoAgents``);
     a request for another answers 404. Once listening, one line on stderr says where, for which agents, and
@@ -159,7 +161,7 @@ def serve(
     caps = budget.plan(
         budget.raise_fd_limit(),
         readers=reader_count() + 1,  # and the background indexer's connection (``Agent.index_vectors``)
-        sockets=len(_configured(config, served)) if fingerprint is not None else 0,
+        sockets=len(_configured(config, served)) if fingerprint is not None and commands is not None else 0,
         workers=size,
         max_open_agents=svc.max_open_agents,
         max_connections=svc.max_connections,
@@ -203,9 +205,9 @@ def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     sockets = None
-    if fingerprint is not None:
+    if fingerprint is not None and commands is not None:
         mine = _configured(config, served)
-        sockets = IpcServer(config, fingerprint, mine, _log_error, shared_choice=agents.shared_choice)
+        sockets = IpcServer(config, fingerprint, mine, _log_error, commands, shared_choice=agents.shared_choice)
         sockets.start()
     startup.start()  # the port is bound at once (below); recalls are answered once it is done
     try:
