@@ -203,7 +203,7 @@ class Memory(IndexSync):
     ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
         """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
         the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
-        from mdmemory.engine import catchup
+        from mdmemory.index.identity import identity_change
         from mdmemory.search.hybrid import search as run_search
 
         q = self.settings.query
@@ -224,7 +224,7 @@ class Memory(IndexSync):
             vector = self._embed_query(provider, query, until, notes)
         elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
             stored = self.store.get_meta("identity") or {}
-            notes.append(f"{catchup.identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
+            notes.append(f"{identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
         with self.store.reading():  # one connection and one snapshot for the search's queries on PostgreSQL
             outcome = run_search(
                 self.store,

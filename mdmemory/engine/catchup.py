@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mdmemory.engine import worker
 from mdmemory.engine.watchstate import read_watch_state
+from mdmemory.index.identity import identity_change
 from mdmemory.providers import deadline
 from mdmemory.store.health import read_health
 from mdmemory.util.errors import EmbeddingsPending, LockError, MdMemoryError, ProviderError, StoreError, WorkspaceError
@@ -33,13 +34,6 @@ SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before an
 SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much
 SEARCH_BUDGET_SECONDS = 1.0  # for a larger change, a search indexes text for this long, then leaves the rest
 RECENT_FAILURE_SECONDS = 60.0  # after a failed embedding, searches leave embedding to the background this long
-_IDENTITY_GROUPS = (
-    ("provider", "model"),
-    ("dims",),
-    ("providerKey",),
-    ("chunkTokens", "chunkOverlap", "windowTokens"),
-    ("schema", "chunker"),
-)
 
 
 def before_search(mem: Memory) -> tuple[bool, list[str]]:
@@ -215,28 +209,3 @@ def _background_sync(mem: Memory) -> None:
     finally:
         if other._store is not None:
             other._store.close()  # the provider is shared with ``mem``: do not close it
-
-
-def identity_change(stored: dict[str, Any], current: dict[str, Any]) -> str:
-    """``index built for X, config says Y``, naming only what differs."""
-    was: list[str] = []
-    now: list[str] = []
-    for keys in _IDENTITY_GROUPS:
-        if all(stored.get(k) == current.get(k) for k in keys):
-            continue
-        if current.get("dims") is None and keys == ("dims",):
-            continue
-        was.append(_describe(keys, stored))
-        now.append(_describe(keys, current))
-    return f"index built for {', '.join(was) or 'another configuration'}, config says {', '.join(now) or '?'}"
-
-
-def _describe(keys: tuple[str, ...], identity: dict[str, Any]) -> str:
-    if keys == ("provider", "model"):
-        provider = identity.get("provider") or "none"
-        return "keyword-only (no provider)" if provider == "none" else f"{provider} {identity.get('model')}"
-    if keys == ("chunkTokens", "chunkOverlap", "windowTokens"):
-        return "chunking {}/{} tokens, windows {}".format(*(identity.get(k) for k in keys))
-    if keys == ("providerKey",):
-        return f"provider settings {str(identity.get('providerKey'))[:8]}"
-    return ", ".join(f"{k} {identity.get(k)}" for k in keys)

@@ -149,7 +149,7 @@ class IndexSync(ProviderSelection):
         # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
         keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
         if not self.agent.files_here:  # a replica without the files: the database's entries, nothing else
-            from mdmemory.index.entries import sync_entries
+            from mdmemory.index.replica import sync_entries
 
             report = sync_entries(self.indexer, wait, embed)
         else:

@@ -5,32 +5,45 @@ database (``mdmemory.store.api.EntryLog``); the agent's host writes them into ``
 (mdmemory.engine.drain). Until it has, each session day file is indexed as ``mdmemory.files.sessionview.view`` of
 it: by that host's syncs from the file on disk (``Indexer._update``: ``viewed``, then ``index_entries`` for
 the day files that did not change on disk), and by a replica from the file's text as the index holds it
-(``sync_entries``), both under the agent's writer lock. A file indexed as a view differs from the file, so
-its row gets ``VIRTUAL_SIZE``: the host reads the file again at its next sync, and once the database's
-entries are all in it (and its tombstones applied) the index holds the file itself.
+(mdmemory.index.replica ``sync_entries``), both under the agent's writer lock. A file indexed as a view
+differs from the file, so its row gets ``VIRTUAL_SIZE``: the host reads the file again at its next sync, and
+once the database's entries are all in it (and its tombstones applied) the index holds the file itself.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from mdmemory.config.load import MemorySearchConfig
 from mdmemory.files.sessionblocks import closing
 from mdmemory.files.sessionview import day_of, day_path, view
 from mdmemory.files.workspace import Workspace
 from mdmemory.index.embedding import sha256
+from mdmemory.index.report import SyncReport
 from mdmemory.store import FileRow
 from mdmemory.store.api import IndexStore, PendingEntry
 from mdmemory.store.lines import VIRTUAL_SIZE, file_text
 from mdmemory.util.fileread import read_text
 
-if TYPE_CHECKING:
-    from mdmemory.index.indexer import Indexer, SyncReport
-
 MAX_PENDING = 10_000  # pending entries one sync indexes (the rest at the next; a drained host has none)
+
+
+class EntryWriter(Protocol):
+    """What indexing the entries needs of an indexer (mdmemory.index.indexer.Indexer)."""
+
+    @property
+    def store(self) -> IndexStore: ...
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def settings(self) -> MemorySearchConfig: ...
+
+    def write_text(self, file_row: FileRow, text: str, report: SyncReport) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +78,7 @@ def kept(entries: Snapshot) -> set[str]:
     return {day_path(e.day) for e in entries.pending}
 
 
-def index_entries(indexer: Indexer, entries: Snapshot, report: SyncReport, *, files_here: bool) -> None:
+def index_entries(indexer: EntryWriter, entries: Snapshot, report: SyncReport, *, files_here: bool) -> None:
     """Index the view of every session file the snapshot changes, unless the index holds it already.
 
     ``files_here``: the base is the file on disk (a day file not on disk yet: empty); else the file's text
@@ -93,42 +106,10 @@ def index_entries(indexer: Indexer, entries: Snapshot, report: SyncReport, *, fi
         indexer.write_text(FileRow(rel, "sessions", sha256(new), 0.0, VIRTUAL_SIZE), new, report)
 
 
-def _on_disk(indexer: Indexer, rel: str) -> str | None:
+def _on_disk(indexer: EntryWriter, rel: str) -> str | None:
     path = Path(indexer.workspace.root) / rel
     try:
         text, _, _ = read_text(path)
     except FileNotFoundError:
         return None
     return text
-
-
-def sync_entries(indexer: Indexer, wait: float, embed: bool = True) -> SyncReport:
-    """A replica's sync of an agent whose files it does not hold: the session files' views, under the
-    writer lock, from the index's own copy of their text; then their embeddings, as any sync embeds."""
-    from mdmemory.engine import catchup
-    from mdmemory.index.indexer import SyncReport
-
-    started = time.monotonic()
-    store = indexer.store
-    report = SyncReport()
-    with store.writing(wait):
-        store.refresh()
-        stored = store.get_meta("identity")
-        if stored is not None and not indexer.identity_matches():
-            report.errors.append(
-                {
-                    "path": "sessions/",
-                    "error": f"{catchup.identity_change(stored, indexer.identity())}: retained entries are not "
-                    "indexed here; the agent's host indexes them when it writes them into its files",
-                }
-            )
-            return report
-        entries = snapshot(store, indexer.workspace)
-        if entries:
-            index_entries(indexer, entries, report, files_here=False)
-        if stored is None and report.indexed:
-            store.set_meta("identity", indexer.identity())
-    indexer.embed_pending(report, embed)
-    report.pending = store.pending_count()
-    report.seconds = round(time.monotonic() - started, 3)
-    return report

@@ -5,16 +5,16 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config.load import MemorySearchConfig, camel
+from mdmemory.config.load import MemorySearchConfig
 from mdmemory.files import roots, transcripts
 from mdmemory.files.workspace import MemoryFile, Workspace
 from mdmemory.index import entries as entryindex
 from mdmemory.index.chunker import chunk_markdown
 from mdmemory.index.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
+from mdmemory.index.report import SyncReport
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.store import ChunkRow, FileRow
 from mdmemory.store.api import IndexStore
@@ -27,36 +27,6 @@ __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_u
 SCHEMA_IDENTITY = 2
 CHUNKER_VERSION = 1
 Progress = Callable[[int, int, str], None]
-
-
-@dataclass
-class SyncReport:
-    """What one sync did. ``files`` counts memory files found on disk.
-
-    ``pending``: chunks indexed for keywords whose vectors are still missing after the sync;
-    ``deferred``: changed files left for a later sync because the time budget ran out;
-    ``embed_error``: the provider error that stopped embedding, if one did.
-    """
-
-    files: int = 0
-    indexed: int = 0
-    unchanged: int = 0
-    removed: int = 0
-    chunks: int = 0
-    embedded: int = 0
-    from_cache: int = 0
-    skipped: list[dict[str, str]] = field(default_factory=list)
-    errors: list[dict[str, str]] = field(default_factory=list)
-    held: int = 0  # indexed files kept because their folder is missing (mdmemory.files.roots)
-    rebuilt: bool = False
-    pending: int = 0
-    deferred: int = 0
-    embed_error: str | None = None
-    seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON shape, camelCase like every JSON mdmemory emits (``fromCache``)."""
-        return {camel(k): v for k, v in asdict(self).items()}
 
 
 def is_utf8(name: str) -> bool:
