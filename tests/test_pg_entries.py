@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mdmemory.store.api import PendingEntry, Tombstone
+from mdmemory.files.pending import PendingEntry, Tombstone
 from mdmemory.store.pg.entries import PgEntryLog
 
 

@@ -14,12 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdmemory.config.load import load_config
+from mdmemory.config.load import load_config, with_sessions
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files.sessionview import inside_block, prompt_text
+from mdmemory.files.turns import Turn
 from mdmemory.memory import Memory
-from mdmemory.service.agents import with_sessions
-from mdmemory.service.contract import Turn
 from mdmemory.service.recall import memories_of
 from tests import cllama_shapes as cs
 from tests import cllama_turns

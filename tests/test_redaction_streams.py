@@ -4,7 +4,7 @@ of the token in the next), never reaches the session file, recall, search or pac
 
 cllama's ``scrubMemoryText`` (internal/proxy/memory.go) is ported below: it runs on the raw SSE text, where
 each ``data:`` line is one event, so it cannot see a token cut by an event boundary. mdmemory joins the deltas
-(service.contract.response_sse) and redacts the joined text, including the rest of a token glued to the
+(files.payloads.response_sse) and redacts the joined text, including the rest of a token glued to the
 proxy's marker.
 """
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config.load import load_config
+from mdmemory.config.load import load_config, with_sessions
 from mdmemory.memory import Memory
 from mdmemory.service import agents as agents_module
-from mdmemory.service.agents import Agents, AgentsBusy, UnknownAgent, with_sessions
+from mdmemory.service.agents import Agents, AgentsBusy, UnknownAgent
 from mdmemory.service.app import health_problems
 from mdmemory.service.budget import Budget, open_fds
 from mdmemory.service.protocol import Connections

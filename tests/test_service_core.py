@@ -15,7 +15,8 @@ from mdmemory.config.load import load_config
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files.entry_id import canonical_entry, entry_id, go_float, id_from_json, loads
 from mdmemory.files.sessionlog import SessionLog
-from mdmemory.service.contract import Turn, recall_query, turn_of
+from mdmemory.files.turns import Turn, turn_of
+from mdmemory.service.contract import recall_query
 from mdmemory.util.errors import InvalidArgumentError
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry
 

@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
+from mdmemory.config.load import load_config, with_sessions
 from mdmemory.files.entry_id import entry_id
 from mdmemory.memory import Memory
-from mdmemory.service.agents import with_sessions
 from tests.conftest import both_backends
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files.retained import REDACT_MARGIN, WRAP_CHARS, prepare, stored_text, time_zone, wrapped
+from mdmemory.files.turns import turn_of
 from mdmemory.service.contract import (
     check_entry,
     check_entry_ids,
@@ -23,7 +24,6 @@ from mdmemory.service.contract import (
     check_recall,
     recall_messages,
     recall_query,
-    turn_of,
 )
 from mdmemory.service.telemetry import injected_bytes
 from mdmemory.util.errors import InvalidArgumentError

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mdmemory.config.load import load_config
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files.sessionlog import SessionLog
-from mdmemory.service.contract import Turn
+from mdmemory.files.turns import Turn
 from mdmemory.util.errors import WorkspaceError
 from mdmemory.util.fileread import split_lines
 from tests.service_bodies import openai_entry

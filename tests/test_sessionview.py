@@ -8,11 +8,11 @@ import pytest
 
 from mdmemory.config.load import is_remote, remote_agents
 from mdmemory.files import sessionblocks as blocks
+from mdmemory.files.pending import PendingEntry
 from mdmemory.files.sessionview import day_of, entry_ids, view
+from mdmemory.files.turns import Turn
 from mdmemory.index.chunker import chunk_markdown
-from mdmemory.service.contract import Turn
 from mdmemory.store import ChunkRow
-from mdmemory.store.api import PendingEntry
 from mdmemory.store.lines import file_lines, file_text
 
 DAY = "2026-11-23"

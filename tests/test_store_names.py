@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
+from mdmemory.config.load import load_config, with_sessions
 from mdmemory.config.store import DEFAULT_STORE_PATH, store_path_clash
 from mdmemory.memory import Memory
-from mdmemory.service.agents import Agents, with_sessions
+from mdmemory.service.agents import Agents
 from mdmemory.store.generations import next_generation, remove_orphans
 from mdmemory.util.errors import ConfigError, InvalidArgumentError
 from tests.service_bodies import openai_entry, recall_body, retain_body

@@ -99,10 +99,10 @@ def serve_main(args: argparse.Namespace) -> int:
 def backfill_main(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from mdmemory.config.load import load_config
+    from mdmemory.config.load import load_config, with_sessions
     from mdmemory.files.sessionlog import SessionLog
     from mdmemory.service import backfill as bf
-    from mdmemory.service.agents import Agents, with_sessions
+    from mdmemory.service.agents import Agents
     from mdmemory.service.auth import TOKEN_ENV, stored_token
     from mdmemory.service.contract import check_pod
 

@@ -390,3 +390,11 @@ def remote_agents(configured: Sequence[str], env: Mapping[str, str]) -> frozense
 
 def is_remote(agent_id: str, remote: frozenset[str]) -> bool:
     return "*" in remote or agent_id in remote
+
+
+def with_sessions(agent: AgentConfig) -> AgentConfig:
+    """``agent`` searching its ``sessions/`` folder too (see the module docstring)."""
+    ms = agent.memory_search
+    if "sessions" in ms.sources:
+        return agent
+    return replace(agent, memory_search=replace(ms, sources=(*ms.sources, "sessions")))

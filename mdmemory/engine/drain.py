@@ -21,8 +21,8 @@ from typing import Any
 
 from mdmemory.config.load import AgentConfig
 from mdmemory.files.sessionlog import SessionLog
-from mdmemory.service.remote import entry_log
 from mdmemory.store.api import EntryLog
+from mdmemory.store.open import entry_log
 from mdmemory.util.errors import MdMemoryError
 
 DRAIN_SECONDS = 1.0

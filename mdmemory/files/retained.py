@@ -1,7 +1,7 @@
 """What a retain stores of a proxy entry, pure: its turn, redacted, dated in the agent's time zone, each part
 within the per-message cap, and what the answer says about it (warnings, what was cut).
 
-- **The turn**: the last user message, the assistant's final text and its tool calls (mdmemory.service.contract
+- **The turn**: the last user message, the assistant's final text and its tool calls (mdmemory.files.turns
   ``turn_of``); never the conversation before it, which earlier turns retained. An entry without any of them
   is refused (400 naming ``entry``): there is nothing to recall.
 - **Time zone**: ``metadata.timezone`` as the proxy passes it on, unchecked. An IANA name is used; one in the
@@ -31,7 +31,7 @@ from typing import Any
 from mdmemory.config.load import ServiceConfig
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files.entry_id import entry_id
-from mdmemory.service.contract import Turn, check_time, empty_turn, turn_of
+from mdmemory.files.turns import Turn, check_time, empty_turn, turn_of
 from mdmemory.util.redaction import find_secrets, marker, redact
 
 DEFAULT_MAX_MESSAGE_CHARS = ServiceConfig.max_message_chars

@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mdmemory.service.contract import Turn
+from mdmemory.files.turns import Turn
 from mdmemory.util.fileread import normalise_line_endings
 
 _ID = rb"[A-Za-z0-9._:-]{1,128}"

@@ -39,8 +39,8 @@ from mdmemory.config.load import AgentConfig
 from mdmemory.files import sessionblocks as blocks
 from mdmemory.files import torn as torn_copy
 from mdmemory.files.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare, render_entry
+from mdmemory.files.turns import ENTRY_ID
 from mdmemory.files.workspace import SESSIONS_DIR
-from mdmemory.service.contract import ENTRY_ID
 from mdmemory.util.errors import MdMemoryError, WorkspaceError
 from mdmemory.util.fileread import special_kind
 from mdmemory.util.filewrite import Folder, write_all

@@ -21,7 +21,7 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 
 from mdmemory.files import sessionblocks as blocks
-from mdmemory.store.api import PendingEntry
+from mdmemory.files.pending import PendingEntry
 
 DAY_FILE = re.compile(r"sessions/(\d{4}-\d{2}-\d{2})\.md")
 

@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Protocol
 
 from mdmemory.config.load import MemorySearchConfig
+from mdmemory.files.pending import PendingEntry
 from mdmemory.files.sessionblocks import closing
 from mdmemory.files.sessionview import day_of, day_path, view
 from mdmemory.files.workspace import Workspace
 from mdmemory.index.embedding import sha256
 from mdmemory.index.report import SyncReport
 from mdmemory.store import FileRow
-from mdmemory.store.api import IndexStore, PendingEntry
+from mdmemory.store.api import IndexStore
 from mdmemory.store.lines import VIRTUAL_SIZE, file_text
 from mdmemory.util.fileread import read_text
 

@@ -21,14 +21,13 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from mdmemory.config.load import AgentConfig, Config
+from mdmemory.config.load import AgentConfig, Config, with_sessions
 from mdmemory.engine.background import SyncService
 from mdmemory.engine.drain import Drainer
 from mdmemory.engine.watchstate import state_path
 from mdmemory.memory import Memory
 from mdmemory.runtime.file_watcher import MemoryWatcher
 from mdmemory.runtime.ipc_server import CommandLine, IpcServer
-from mdmemory.service.agents import with_sessions
 from mdmemory.util.errors import LockError, StoreError
 from mdmemory.util.statefile import write_state_file
 

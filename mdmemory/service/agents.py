@@ -40,7 +40,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config.load import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents
+from mdmemory.config.load import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents, with_sessions
 from mdmemory.config.store import store_path_clash
 from mdmemory.engine.drain import Drainer
 from mdmemory.files.sessionlog import SessionLog
@@ -72,14 +72,6 @@ class AgentUnavailable(MdMemoryError):
 
 class AgentsBusy(AgentUnavailable):
     """Every open agent is in use, so no other may be opened now (HTTP 503)."""
-
-
-def with_sessions(agent: AgentConfig) -> AgentConfig:
-    """``agent`` searching its ``sessions/`` folder too (see the module docstring)."""
-    ms = agent.memory_search
-    if "sessions" in ms.sources:
-        return agent
-    return replace(agent, memory_search=replace(ms, sources=(*ms.sources, "sessions")))
 
 
 def provider_key(agent: AgentConfig) -> str:

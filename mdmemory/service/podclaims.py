@@ -30,8 +30,7 @@ from typing import Literal
 
 from mdmemory.config.load import AgentConfig
 from mdmemory.service.contract import check_pod
-from mdmemory.service.remote import entry_log
-from mdmemory.store.open import local_disk
+from mdmemory.store.open import entry_log, local_disk
 from mdmemory.util.errors import MdMemoryError, StoreError
 
 SUFFIX = ".pod.json"

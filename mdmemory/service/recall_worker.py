@@ -88,8 +88,9 @@ class WorkerAgents:
                 continue
 
     def memory(self, agent_id: str) -> Any:
+        from mdmemory.config.load import with_sessions
         from mdmemory.memory import Memory
-        from mdmemory.service.agents import provider_key, with_sessions
+        from mdmemory.service.agents import provider_key
 
         mem = self._open.get(agent_id)
         if mem is not None:

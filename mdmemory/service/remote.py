@@ -22,31 +22,13 @@ unmounted volume should.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 from mdmemory.config.load import AgentConfig
 from mdmemory.files.retained import DEFAULT_MAX_MESSAGE_CHARS, Prepared, prepare
 from mdmemory.files.sessionlog import SessionLog, Status, tombstone_reason
-from mdmemory.store.api import EntryLog
-from mdmemory.store.faults import store_errors, store_fault
+from mdmemory.store.open import entry_log
 from mdmemory.util.errors import StoreError
-
-
-@contextlib.contextmanager
-def entry_log(agent: AgentConfig) -> Iterator[EntryLog | None]:
-    """The agent's entries on a connection of their own; a database failure as a ``StoreError`` (503)."""
-    from mdmemory.store.open import open_entry_log
-
-    try:
-        log = open_entry_log(agent)
-        try:
-            yield log
-        finally:
-            if log is not None:
-                log.close()
-    except store_errors() as exc:
-        raise store_fault(exc, agent.store_path) from exc
 
 
 def _reason(reason: str | None) -> str | None:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from mdmemory.files.pending import PendingEntry, Tombstone
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,21 +25,6 @@ if TYPE_CHECKING:
 
 
 EntryStatus = Literal["retained", "duplicate", "forgotten"]
-
-
-@dataclass(frozen=True)
-class PendingEntry:
-    """A retained entry not in the agent's files yet: its rendered block, for ``sessions/<day>.md``."""
-
-    entry_id: str
-    day: str  # YYYY-MM-DD
-    block: str
-
-
-@dataclass(frozen=True)
-class Tombstone:
-    entry_id: str
-    reason: str | None = None
 
 
 class EntryLog(Protocol):

@@ -7,6 +7,7 @@ The one place that chooses between the SQLite store and the PostgreSQL one; ever
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.config.store import URL_ENV, shown_url, url_problem
@@ -91,3 +92,19 @@ def _url(agent: AgentConfig) -> str:
     if problem is not None or not url:
         raise ConfigError(f"memorySearch.store.url (agent {agent.id!r}): {problem}", key="memorySearch.store.url")
     return url
+
+
+@contextlib.contextmanager
+def entry_log(agent: AgentConfig) -> Iterator[EntryLog | None]:
+    """The agent's entries on a connection of their own; a database failure as a ``StoreError`` (503)."""
+    from mdmemory.store.faults import store_errors, store_fault
+
+    try:
+        log = open_entry_log(agent)
+        try:
+            yield log
+        finally:
+            if log is not None:
+                log.close()
+    except store_errors() as exc:
+        raise store_fault(exc, agent.store_path) from exc

@@ -15,7 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mdmemory.store.api import EntryStatus, PendingEntry, Tombstone
+from mdmemory.files.pending import PendingEntry, Tombstone
+from mdmemory.store.api import EntryStatus
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, Borrowing, borrows
 
 
