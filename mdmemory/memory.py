@@ -9,14 +9,15 @@ from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import agent as integration
-from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.config.load import AgentConfig, Config, load_config
 from mdmemory.engine.keeper import IndexSync, recorded_store_faults
 from mdmemory.files import clock, roots
+from mdmemory.files.memory_get import get_file
 from mdmemory.files.transcripts import transcripts_folder
 from mdmemory.files.workspace import Workspace
 from mdmemory.providers import deadline
-from mdmemory.search.results import citations_on, get_file, search_response
+from mdmemory.search.arguments import check_search_arguments
+from mdmemory.search.results import citations_on, search_response
 from mdmemory.store.api import IndexStore
 from mdmemory.util.errors import EmbeddingsPending, ProviderError, ProviderPaused
 
@@ -266,7 +267,8 @@ class Memory(IndexSync):
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``, ``session``).
         See mdmemory.pack.build.
         """
-        from mdmemory.engine.packing import check_pack_arguments, run_pack
+        from mdmemory.engine.packing import run_pack
+        from mdmemory.pack.arguments import check_pack_arguments
 
         if not self.settings.enabled:
             check_pack_arguments(query, budget_tokens, max_items, sources)

@@ -12,8 +12,8 @@ import pytest
 
 from mdmemory.agent.context import session_context
 from mdmemory.config.load import AgentConfig
+from mdmemory.files.memory_get import get_file
 from mdmemory.files.workspace import Workspace
-from mdmemory.search.results import get_file
 from mdmemory.util.errors import ConfigError
 from tests.agent_helpers import agent_config, run_cli, write_config
 from tests.conftest import write

@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mdmemory.files.memory_get import get_file
 from mdmemory.files.workspace import Workspace
 from mdmemory.index.chunker import chunk_markdown
 from mdmemory.memory import Memory
-from mdmemory.search.results import get_file
 from tests.conftest import write
 
 SEPARATORS = ["\n", "\r\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\n\n", "\r\n\r\n"]

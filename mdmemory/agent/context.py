@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 from mdmemory.config.load import AgentConfig
 from mdmemory.files import clock
+from mdmemory.files.memory_get import get_file
 from mdmemory.files.workspace import ROOT_FILES, Workspace
-from mdmemory.search.results import get_file
 from mdmemory.util.errors import ConfigError
 from mdmemory.util.redaction import redact
 

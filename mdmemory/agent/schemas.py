@@ -8,19 +8,27 @@ arguments against those schemas (mdmemory.agent.dispatch runs the tools).
 from __future__ import annotations
 
 import copy
-import json
-import math
-from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from mdmemory.util.errors import InvalidArgumentError
+from mdmemory.files.memory_get import GET_INPUT
+from mdmemory.pack.arguments import DEFAULT_PACK_BUDGET, PACK_INPUT, PACK_KINDS
+from mdmemory.search.arguments import SEARCH_INPUT, check_search_arguments
+from mdmemory.util.schema import validate_arguments
+
+__all__ = [
+    "ALL_TOOLS",
+    "DEFAULT_PACK_BUDGET",
+    "PACK_KINDS",
+    "TOOLS",
+    "check_search_arguments",
+    "tool_definitions",
+    "validate_arguments",
+]
 
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
 ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
-DEFAULT_PACK_BUDGET = 1000
-PACK_KINDS = ("curated", "daily", "extra", "session")  # a pack item's kind (mdmemory.pack.build.kind_of)
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
@@ -52,75 +60,6 @@ STATUS_DESCRIPTION = (
     "files and chunks, last sync, files changed since, and warnings."
 )
 
-SEARCH_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "minLength": 1,
-            "description": "What to look for, as a question or keywords: names, dates, topics "
-            "(e.g. 'when do the backups run').",
-        },
-        "maxResults": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 100,
-            "description": "Most results to return (default from the configuration, usually 6).",
-        },
-        "minScore": {
-            "type": "number",
-            "minimum": 0,
-            "maximum": 1,
-            "description": "Lowest relevance score for a confident result, 0 to 1 (default usually 0.35). "
-            "Exact keyword matches are always kept; when nothing reaches it, the closest few come back marked "
-            "lowConfidence.",
-        },
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-GET_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "path": {
-            "type": "string",
-            "minLength": 1,
-            "description": "Workspace-relative memory file, e.g. 'MEMORY.md' or 'memory/2026-03-09.md' "
-            "(use a path from memory_search results).",
-        },
-        "from": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "First line to read, 1-based (e.g. a result's startLine). Default: line 1.",
-        },
-        "lines": {
-            "type": "integer",
-            "minimum": 1,
-            "description": "How many lines to read from 'from'. Default: to the end of the file.",
-        },
-    },
-    "required": ["path"],
-    "additionalProperties": False,
-}
-PACK_INPUT: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "minLength": 1,
-            "description": "What the bundle is about, as a question or keywords (e.g. 'what did we decide "
-            "about backups').",
-        },
-        "budgetTokens": {
-            "type": "integer",
-            "minimum": 1,
-            "maximum": 100000,
-            "description": "Most tokens the bundle may take (default 1000).",
-        },
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
 STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
 
 SEARCH_OUTPUT: dict[str, Any] = {
@@ -254,80 +193,3 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
                 }
             )
     return out
-
-
-_JSON_TYPES: dict[str, Callable[[Any], bool]] = {
-    "string": lambda v: isinstance(v, str),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-}
-
-
-def validate_arguments(
-    schema: Mapping[str, Any], args: dict[str, Any], names: Mapping[str, str] | None = None
-) -> str | None:
-    """Check ``args`` against one of the flat object schemas above; None, or what is wrong and how to fix it.
-
-    Integral floats (``5.0``) are accepted for integers and converted in place. ``names`` gives the name an
-    argument has for the caller (``max_results`` in Python, ``--max-results`` on the command line).
-    """
-    props: Mapping[str, Any] = schema.get("properties", {})
-    for key in args:
-        if key not in props:
-            hint = next((p for p in props if _norm(p) == _norm(key)), None)
-            did = f" (did you mean {hint!r}?)" if hint else ""
-            valid = ", ".join(props) or "none"
-            return f"unknown argument {key!r}{did}; valid arguments: {valid}"
-    for key in schema.get("required", ()):
-        if key not in args:
-            return f"missing required argument {key!r}"
-    for key, rule in props.items():
-        if key not in args:
-            continue
-        value, name = args[key], (names or {}).get(key) or repr(key)
-        kind = rule["type"]
-        if kind == "integer" and isinstance(value, float) and value.is_integer():
-            value = args[key] = int(value)
-        if not _JSON_TYPES[kind](value):
-            return f"{name} must be {'an' if kind == 'integer' else 'a'} {kind}, got {_json(value)}"
-        if kind == "number" and not math.isfinite(value):
-            return f"{name} must be a finite number, got {value}"
-        if kind == "string" and len(value.strip()) < rule.get("minLength", 0):
-            return f"{name} must not be empty or only spaces"
-        low, high = rule.get("minimum"), rule.get("maximum")
-        if (low is not None and value < low) or (high is not None and value > high):
-            bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-            return f"{name} must be {bounds}, got {value}"
-    return None
-
-
-def _json(value: Any) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError):
-        return type(value).__name__
-
-
-PYTHON_SEARCH_NAMES = {"query": "query", "maxResults": "max_results", "minScore": "min_score"}
-
-
-def check_search_arguments(
-    query: str, max_results: int | None = None, min_score: float | None = None, names: Mapping[str, str] | None = None
-) -> tuple[str, int | None, float | None]:
-    """Validate a search the way the memory_search schema does (a non-blank query, 1-100 results, a score
-    from 0 to 1); returns them normalised (``5.0`` -> ``5``). Raises InvalidArgumentError naming the
-    argument as ``names`` spells it (default: the Python names ``query``, ``max_results``, ``min_score``).
-    """
-    args: dict[str, Any] = {"query": query}
-    if max_results is not None:
-        args["maxResults"] = max_results
-    if min_score is not None:
-        args["minScore"] = min_score
-    problem = validate_arguments(SEARCH_INPUT, args, PYTHON_SEARCH_NAMES if names is None else names)
-    if problem is not None:
-        raise InvalidArgumentError(problem)
-    return args["query"], args.get("maxResults"), args.get("minScore")
-
-
-def _norm(key: str) -> str:
-    return key.lower().replace("_", "").replace("-", "")

@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
 
 def check_pack(args: argparse.Namespace) -> None:
     """memory_pack's bounds, checked before the config or the index is opened."""
-    from mdmemory.engine.packing import check_pack_arguments  # here: the pack modules are for this command only
+    from mdmemory.pack.arguments import check_pack_arguments  # here: the pack modules are for this command only
 
     names = {"query": "QUERY", "budgetTokens": "--budget-tokens", "maxItems": "--max-items", "sources": "--source"}
     args.query, args.budget_tokens, args.max_items, _ = check_pack_arguments(

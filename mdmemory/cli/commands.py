@@ -15,12 +15,12 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from mdmemory import __version__  # noqa: I001
-from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli import formatting as render
 from mdmemory.cli.agent_commands import register as register_agent_commands
 from mdmemory.cli.output import write
 from mdmemory.cli.service_commands import register as register_service_commands
 from mdmemory.cli.store_commands import register as register_store_commands
+from mdmemory.search.arguments import check_search_arguments
 from mdmemory.util.display import display_name, display_text
 from mdmemory.util.errors import ConfigError, InvalidArgumentError, MdMemoryError
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmemory.files.workspace import ROOT_FILES
+from mdmemory.search.results import cite
 from mdmemory.search.scoring import log_date
 from mdmemory.util.redaction import redact_path
 
@@ -105,13 +106,6 @@ class Pack:
         if trace:
             out["trace"] = [r.to_dict() for r in self.receipts]
         return out
-
-
-def cite(path: str, start: int, end: int) -> str:
-    """``path#Lx-Ly``, or ``path#Lx`` for one line; a secret in the path shows as its marker (a citation is
-    output: bundles, receipts, ``Source:`` lines)."""
-    path = redact_path(path)
-    return f"{path}#L{start}" if start == end else f"{path}#L{start}-L{end}"
 
 
 def kind_of(path: str, source: str) -> str:
