@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             for budget in args.budgets:
                 net = candidate_count(max_results, budget)
                 for q in sample[:20]:  # warm caches (SQLite pages, files, the tokenizer)
-                    mem._search(q, net, 0.0)
+                    mem.engine.search_outcome(q, net, 0.0)
                     mem.pack(q, budget_tokens=budget)
                 search_ms: list[float] = []
                 pack_ms: list[float] = []
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                     for what in order:
                         started = time.perf_counter()
                         if what == "search":
-                            mem._search(q, net, 0.0)
+                            mem.engine.search_outcome(q, net, 0.0)
                             search_ms.append(1000 * (time.perf_counter() - started))
                         else:
                             mem.pack(q, budget_tokens=budget)

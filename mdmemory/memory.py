@@ -1,46 +1,53 @@
-"""The Python API: ``Memory.open()`` then ``search`` / ``get`` / ``sync`` / ``status``."""
+"""The Python API: ``Memory.open()`` then ``search`` / ``get`` / ``sync`` / ``status``.
+
+``Memory`` is a facade: the work is done by its engine (mdmemory.engine.engine) and, for the agent-runtime
+calls (tools, session context, remember, flush), by mdmemory.agent.
+"""
 
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from mdmemory import agent as integration
 from mdmemory.config.load import AgentConfig, Config, load_config
-from mdmemory.engine.keeper import IndexSync, recorded_store_faults
-from mdmemory.files import clock, roots
-from mdmemory.files.memory_get import get_file
-from mdmemory.files.transcripts import transcripts_folder
-from mdmemory.files.workspace import Workspace
-from mdmemory.providers import deadline
-from mdmemory.search.arguments import check_search_arguments
-from mdmemory.search.results import citations_on, search_response
-from mdmemory.store.api import IndexStore
-from mdmemory.util.errors import EmbeddingsPending, ProviderError, ProviderPaused
+from mdmemory.engine.engine import Engine
 
-# Imported where they are used, so that a command pays only for what it runs (``mdmemory get`` opens no
-# index; a keyword-only search needs neither numpy nor the Markdown parser): mdmemory.engine.catchup,
-# mdmemory.index.indexer, mdmemory.engine.packing, mdmemory.search.hybrid, mdmemory.engine.status,
-# mdmemory.store.repair.
 if TYPE_CHECKING:
-    import numpy as np
-
     from mdmemory.agent import FlushDecision, SessionKind
     from mdmemory.index.indexer import Indexer, Progress
-    from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.factory import ProviderChoice
-    from mdmemory.search.hybrid import SearchOutcome
+    from mdmemory.store.api import IndexStore
 
 
-class Memory(IndexSync):
+class _Part:
+    """An attribute of one of the engine's parts, read and set through the facade."""
+
+    def __init__(self, part: str, name: str) -> None:
+        self.part, self.name = part, name
+
+    def __get__(self, obj: Memory | None, owner: type) -> Any:
+        return self if obj is None else getattr(getattr(obj.engine, self.part), self.name)
+
+    def __set__(self, obj: Memory, value: Any) -> None:
+        setattr(getattr(obj.engine, self.part), self.name, value)
+
+
+class Memory:
     """One agent's memory: its workspace, index and embedding provider (all opened lazily)."""
 
-    # work a search leaves behind: "thread" (long-lived processes), "worker" (CLI), or "owner": the object's
-    # owner embeds what waits itself (the service's indexer), only a rebuild gets a thread
-    background = "thread"
+    # who does the work a search leaves: "thread" (long-lived processes), "worker" (CLI), or "owner" (the
+    # object's owner embeds what waits itself, the service's indexer; only a rebuild gets a thread)
+    background = _Part("catchup", "background")
+    catch_up_interval = _Part("catchup", "interval")  # a search catches up at most once per interval...
+    catches_up = _Part("catchup", "enabled")  # False for a second reader of an index another keeps fresh
+    catch_up_budgeted = _Part("catchup", "budgeted")  # a catch-up indexes text only, within the deadline
+    entries_seen = _Part("catchup", "entries_seen")  # the EntryLog version this replica last indexed
+    should_stop = _Part("keeper", "should_stop")  # lets a background sync stop between files
+    last_repair = _Part("keeper", "last_repair")  # the corrupt index this object last moved aside
+    provider_error = _Part("providers", "provider_error")  # why the configured provider could not be created
 
     def __init__(
         self,
@@ -50,37 +57,9 @@ class Memory(IndexSync):
         choice: ProviderChoice | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.agent = agent
-        self.config = config
-        self.settings = agent.memory_search
-        self.env = os.environ if env is None else env
-        self.workspace = Workspace(
-            agent.workspace,
-            self.settings.extra_paths,
-            sessions="sessions" in self.settings.sources,
-            transcripts=transcripts_folder(self.settings.sessions.transcripts_dir, agent.id),
-        )
-        self._choice = choice
-        self._choice_at = 0.0
-        self.provider_error: ProviderError | None = None  # why the configured provider could not be created
-        self._last_error: dict[str, Any] | None = None  # kept here too when the health file cannot be written
-        self.last_repair: dict[str, Any] | None = None  # the corrupt index this object last moved aside
-        self._store: IndexStore | None = None
-        self._indexer: Indexer | None = None
-        self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
-        self._background: threading.Thread | None = None
-        self._closing = threading.Event()
-        # A long-lived caller answering many searches a second (the service) sets this: a search then
-        # catches up with the files at most once per interval; ``changed()`` makes the next one catch up.
-        self.catch_up_interval = 0.0
-        self._changes = 0  # bumped by changed(): a catch-up that began before a write does not cover it
-        self._caught_up: tuple[float, int, tuple[bool, list[str]]] | None = None
-        self.catches_up = True  # False for a second reader of an index another object keeps up to date
-        # True for a caller answering within a time budget (the service): a catch-up before a search then
-        # indexes text only (new chunks are found by keywords at once), stops at the deadline in force
-        # (``deadline.until``), and leaves what it did not reach, and every vector, to the background
-        self.catch_up_budgeted = False
-        self.entries_seen: tuple[int, int] | None = None  # the EntryLog version this replica last indexed
+        self.engine = Engine(agent, config, choice=choice, env=env)
+        self.agent, self.config, self.settings = agent, config, agent.memory_search
+        self.env, self.workspace = self.engine.env, self.engine.workspace
 
     @classmethod
     def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
@@ -91,39 +70,34 @@ class Memory(IndexSync):
     @property
     def store(self) -> IndexStore:
         """The agent's index, on the store ``memorySearch.store.backend`` names (opened on first use)."""
-        if self._store is None:
-            from mdmemory.store.open import open_store
-
-            self._store = open_store(self.agent)
-        return self._store
+        return self.engine.keeper.store
 
     @property
     def indexer(self) -> Indexer:
-        if self._indexer is None:
-            from mdmemory.index.indexer import Indexer
+        return self.engine.keeper.indexer
 
-            self._indexer = Indexer(self.store, self.workspace, self.settings, self.choice.provider)
-        self._indexer.should_stop = self.should_stop
-        return self._indexer
+    @property
+    def choice(self) -> ProviderChoice:
+        """The embedding provider in use (made on first use; keyword-only, with a ``hint``, when it cannot be)."""
+        return self.engine.providers.choice
 
     @property
     def current_choice(self) -> ProviderChoice | None:
         """The provider choice in use, without making one (``choice`` makes one when there is none yet)."""
-        return self._choice
+        return self.engine.providers.current
+
+    @property
+    def last_error(self) -> dict[str, Any] | None:
+        """``{at, error, kind}`` of this object's last failed sync, also when it could not be recorded on disk."""
+        return self.engine.keeper.last_error
+
+    def follow(self, other: Memory) -> None:
+        """Use the provider ``other`` (another connection to the same agent's index) uses now."""
+        self.engine.providers.follow(other.engine.providers)
 
     def close(self, *, provider: bool = True) -> None:
         """Close the index; the embedding provider too unless ``provider`` is False (another object shares it)."""
-        self._closing.set()
-        if self._background is not None:
-            self._background.join(60)
-        if self._store is not None:
-            self._store.close()
-            self._store = None
-            self._indexer = None
-        if not provider:
-            self._choice = None
-        elif self._choice is not None and self._choice.provider is not None:
-            self._choice.provider.close()
+        self.engine.close(provider=provider)
 
     def __enter__(self) -> Memory:
         return self
@@ -131,7 +105,7 @@ class Memory(IndexSync):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- operations --------------------------------------------------------------------------------
+    # -- the index ----------------------------------------------------------------------------------
     def sync(
         self, force: bool = False, progress: Progress | None = None, prune: bool = False, *, embed: bool = True
     ) -> dict[str, Any]:
@@ -147,31 +121,41 @@ class Memory(IndexSync):
         A corrupt index is moved aside and rebuilt from the files first (``repaired``: where it went);
         ``warnings`` says when the configured provider was unavailable and the index kept keywords only.
         """
-        if not self.settings.enabled:
-            from mdmemory.index.indexer import SyncReport
-
-            return {**SyncReport().to_dict(), "disabled": True, "reason": self._disabled()}
-        report = self._sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
-        if self.last_repair is not None:
-            report["repaired"] = self.last_repair
-        if self.provider_error is not None and self.choice.hint:
-            report["warnings"] = [self.choice.hint]
-        return report
+        return self.engine.sync(force, progress, prune, embed=embed)
 
     def take_over(self, progress: Progress | None = None) -> dict[str, Any]:
         """Make this host's workspace the one the agent's index belongs to (PostgreSQL refuses any other:
         mdmemory.store.pg.claims), then rebuild the index from its files (``sync(force=True)``). The report's
         ``tookOver`` is the workspace that had it (None: none, or this one already)."""
-        replaced = self.store.claim_workspace()
-        return {**self.sync(force=True, progress=progress), "tookOver": replaced}
+        return self.engine.take_over(progress)
 
-    def _disabled(self) -> str:
-        return (
-            f"memory search is disabled for agent {self.agent.id!r} (memorySearch.enabled is false): "
-            "set it to true to index and search this agent's memory"
-        )
+    def embed_waiting(self) -> int:
+        """Embed the chunks text-only syncs left pending, without the writer lock; returns how many still wait.
+        Raises EmbeddingsPending when the provider failed, recorded as a sync's failure is."""
+        return self.engine.keeper.embed_waiting()
 
-    @recorded_store_faults
+    def release_store(self) -> None:
+        """Close the index connection; the next use opens it again (perhaps writable again, or rebuilt)."""
+        self.engine.keeper.release_store()
+
+    def changed(self) -> None:
+        """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""
+        self.engine.catchup.changed()
+
+    @property
+    def change_announced(self) -> bool:
+        """Whether ``changed()`` was called (or nothing caught up yet) since the last catch-up began."""
+        return self.engine.catchup.announced
+
+    def catch_up_due(self) -> bool:
+        """Whether the next search would catch up with the files (see ``catch_up_interval``)."""
+        return self.engine.catchup.due()
+
+    def catch_up(self) -> tuple[bool, list[str]]:
+        """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
+        return self.engine.catch_up()
+
+    # -- answers ------------------------------------------------------------------------------------
     def search(
         self,
         query: str,
@@ -187,71 +171,8 @@ class Memory(IndexSync):
         (and their snippet a ``Source:`` line) when ``query.citations`` is ``on``, or ``auto`` in a ``main``
         session (``session_kind``; ``group`` for shared chats).
         """
-        query, max_results, min_score = check_search_arguments(query, max_results, min_score)
-        if not self.settings.enabled:
-            return {"results": [], "disabled": True, "error": self._disabled()}
-        q = self.settings.query
-        limit = q.max_results if max_results is None else max_results
-        threshold = q.min_score if min_score is None else min_score
-        outcome, _, extra = self._search(query, limit, threshold)
-        provider = self.choice.provider
-        model = provider.model if provider else None
-        cited = citations_on(q.citations, session_kind)
-        return {**search_response(outcome, provider=self.choice.name, model=model, citations=cited), **extra}
+        return self.engine.search(query, max_results, min_score, session_kind=session_kind)
 
-    def _search(
-        self, query: str, limit: int, threshold: float
-    ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
-        """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
-        the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
-        from mdmemory.index.identity import identity_change
-        from mdmemory.search.hybrid import search as run_search
-
-        q = self.settings.query
-        notes: list[str] = []
-        self.store.refresh()
-        until = self._embedding_deadline()
-        stale = False
-        if self.settings.sync.on_search:
-            with deadline.until(until):  # catching up and the query embedding share the search's budget
-                stale, more = self._sync_before_search()
-            notes.extend(more)
-        missing = self.workspace.missing_roots() if self.agent.files_here else []
-        if missing:
-            notes.extend(roots.warnings(missing, self.store.files()))
-        provider = self.choice.provider
-        vector = None
-        if provider is not None and self.indexer.identity_matches():
-            vector = self._embed_query(provider, query, until, notes)
-        elif provider is not None and not self.settings.sync.on_search:  # with onSearch, the catch-up said it
-            stored = self.store.get_meta("identity") or {}
-            notes.append(f"{identity_change(stored, self.indexer.identity())}: run `mdmemory index` to rebuild")
-        with self.store.reading():  # one connection and one snapshot for the search's queries on PostgreSQL
-            outcome = run_search(
-                self.store,
-                query,
-                query_vector=vector,
-                max_results=limit,
-                min_score=threshold,
-                hybrid=q.hybrid,
-                keyword_score=q.keyword_score,
-                today=clock.day(self.agent),
-                low_confidence_results=q.low_confidence_results,
-                sources=self.workspace.sources,
-            )
-        notes.extend(outcome.notes)
-        extra: dict[str, Any] = {}
-        if self.choice.fallback:
-            extra["fallback"] = self.choice.fallback
-        if outcome.mode == "keyword" and provider is None:
-            notes.append(self.choice.hint or "keyword-only search: no embedding provider is configured")
-        if stale:
-            extra["stale"] = True
-        if notes:
-            extra["warnings"] = notes
-        return outcome, vector, extra
-
-    @recorded_store_faults
     def pack(
         self,
         query: str,
@@ -267,34 +188,20 @@ class Memory(IndexSync):
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``, ``session``).
         See mdmemory.pack.build.
         """
-        from mdmemory.engine.packing import run_pack
-        from mdmemory.pack.arguments import check_pack_arguments
+        return self.engine.pack(query, budget_tokens, max_items, sources, trace)
 
-        if not self.settings.enabled:
-            check_pack_arguments(query, budget_tokens, max_items, sources)
-            empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
-            return {**empty, "disabled": True, "error": self._disabled()}
-        return run_pack(self, query, budget_tokens, max_items=max_items, sources=sources, trace=trace)
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+        """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
+        return self.engine.get(path, from_line, lines)
 
-    def _embed_query(self, provider: EmbeddingProvider, query: str, until: float, notes: list[str]) -> Any:
-        """The query vector, or None with a note saying why the search answers from keywords; back by ``until``."""
-        try:
-            return provider.embed_query_within(query, until)
-        except ProviderPaused as exc:
-            notes.append(f"query embedding skipped, answered from keywords only: {exc}")
-        except ProviderError as exc:
-            notes.append(f"query embedding failed, answered from keywords only: {exc}")
-        return None
+    def status(self) -> dict[str, Any]:
+        """Index state computed from the files on disk, the database and the health and watcher files, not
+        from cached flags; a broken index is reported in ``storeState`` rather than raised."""
+        return self.engine.status()
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""
-        report = None
-        if self.settings.sync.on_session_start and self.settings.enabled:
-            try:
-                report = self._sync().to_dict()
-            except EmbeddingsPending as exc:  # the text is indexed; status shows what waits for embeddings
-                report = exc.report
-        return {"sync": report, "status": self.status()}
+        return self.engine.session_start()
 
     # -- agent integration (mdmemory.agent) ---------------------------------------------------------
     def call_tool(
@@ -329,16 +236,3 @@ class Memory(IndexSync):
     def reset_session(self, session_key: str) -> dict[str, Any]:
         """Clear the session's flush and compaction records (after a session reset)."""
         return integration.reset_session(self.agent, session_key)
-
-    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
-        """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
-        if not self.settings.enabled:
-            return {"path": path, "text": "", "disabled": True, "error": self._disabled()}
-        return get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
-
-    def status(self) -> dict[str, Any]:
-        """Index state computed from the files on disk, the database and the health and watcher files, not
-        from cached flags; a broken index is reported in ``storeState`` rather than raised."""
-        from mdmemory.engine.status import build_status
-
-        return build_status(self)

@@ -29,7 +29,7 @@ def test_python_api_search_get_and_sync_refuse_and_create_no_index(
     notes: Path, make_memory: Callable[..., Memory]
 ) -> None:
     mem = make_memory({"enabled": False})
-    assert mem.search("restic") == {"results": [], "disabled": True, "error": mem._disabled()}
+    assert mem.search("restic") == {"results": [], "disabled": True, "error": mem.engine.disabled_reason()}
     assert REASON in mem.search("restic")["error"] and "set it to true" in mem.search("restic")["error"]
     got = mem.get("MEMORY.md")
     assert got["text"] == "" and got["disabled"] is True and REASON in got["error"]

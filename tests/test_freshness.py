@@ -344,16 +344,16 @@ def test_a_write_announced_while_a_catch_up_runs_is_caught_up_by_the_next_search
     mem = make_memory(provider="none")
     mem.sync()
     mem.catch_up_interval = 60.0
-    real = catchup.before_search
+    real = catchup.CatchUp.before_search
 
-    def scan_then_a_retain_lands(m: Memory) -> tuple[bool, list[str]]:
-        result = real(m)  # the files are walked...
+    def scan_then_a_retain_lands(catch: catchup.CatchUp) -> tuple[bool, list[str]]:
+        result = real(catch)  # the files are walked...
         write(workspace / "memory" / "2026-03-20.md", "# Day 20\n\nA kingfisher dived into the pond.\n")
-        m.changed()  # ...and a write is announced before this catch-up has recorded itself
+        catch.changed()  # ...and a write is announced before this catch-up has recorded itself
         return result
 
-    monkeypatch.setattr(catchup, "before_search", scan_then_a_retain_lands)
+    monkeypatch.setattr(catchup.CatchUp, "before_search", scan_then_a_retain_lands)
     assert mem.search("kingfisher")["results"] == []
-    monkeypatch.setattr(catchup, "before_search", real)
+    monkeypatch.setattr(catchup.CatchUp, "before_search", real)
     assert mem.change_announced and mem.catch_up_due()
     assert mem.search("kingfisher")["results"][0]["path"] == "memory/2026-03-20.md"  # not skipped for 60 s

@@ -264,7 +264,7 @@ def test_phase_two_writes_a_batch_while_the_next_is_embedded_and_an_outage_keeps
         write(workspace / "memory" / f"2026-03-{day:02d}.md", f"# Day {day}\n\nNote {day}: the heron came back.\n")
     mem = make_memory(memory_search={"cache": {"enabled": False}})
     slow = Slow()
-    mem._choice = ProviderChoice(slow, "hash")
+    mem.engine.providers.adopt(ProviderChoice(slow, "hash"))
     writes: list[float] = []
 
     def record_writes(store) -> None:
@@ -287,7 +287,7 @@ def test_phase_two_writes_a_batch_while_the_next_is_embedded_and_an_outage_keeps
     mem.close()
     mem = make_memory(memory_search={"cache": {"enabled": False}})
     failing = Slow(fail_on=3)
-    mem._choice = ProviderChoice(failing, "hash")
+    mem.engine.providers.adopt(ProviderChoice(failing, "hash"))
     writes.clear()
     record_writes(mem.store)
     with pytest.raises(EmbeddingsPending, match="simulated outage") as stopped:

@@ -45,7 +45,7 @@ def test_provider_change_rebuilds_once_and_swaps_atomically(notes: Path, make_me
     index = lambda: {k: v for k, v in reader.counts().items() if k != "cacheEntries"}  # noqa: E731 - PostgreSQL's
     before = index()  # cache is the agent's, not a generation's: the rebuild adds to it where the reader sees it
     second = make_memory(memory_search={"provider": "hash"})
-    second._choice = ProviderChoice(HashEmbeddingProvider(dims=32), "hash")  # new dims -> new identity
+    second.engine.providers.adopt(ProviderChoice(HashEmbeddingProvider(dims=32), "hash"))  # new dims -> new identity
     report = second.sync()
     assert report["rebuilt"] is True and report["indexed"] == 6
     assert index() == before  # the old connection still sees a complete index
@@ -88,7 +88,9 @@ def test_failed_forced_rebuild_keeps_the_old_index_and_leaves_no_files(
     assert before["mode"] == "hybrid"
     first.close()
     broken = make_memory(no_cache)
-    broken._choice = ProviderChoice(FailingProvider(fail_after=0, dims=64), "hash")  # same identity, outage
+    broken.engine.providers.adopt(
+        ProviderChoice(FailingProvider(fail_after=0, dims=64), "hash")
+    )  # same identity, outage
     with pytest.raises(ProviderError, match="simulated outage.*rebuild .* was discarded"):
         broken.sync(force=True)
     if on_sqlite:
@@ -109,7 +111,7 @@ def test_identity_change_during_an_outage_swaps_in_the_text_and_embeds_later(
     write(workspace / "memory" / "2026-04-09.md", "# Day 9\n\nThe kingfisher dived twice.\n")
     provider = FailingProvider(fail_after=0)  # 48 dims: a new identity, and the provider is down
     mem = make_memory({"breaker": {"coolDownSeconds": 1, "maxCoolDownSeconds": 1}})  # paused only briefly
-    mem._choice = ProviderChoice(provider, "hash")
+    mem.engine.providers.adopt(ProviderChoice(provider, "hash"))
     with pytest.raises(EmbeddingsPending) as failed:
         mem.sync()
     assert failed.value.report["rebuilt"] is True and failed.value.pending == mem.store.counts()["chunks"] == 7

@@ -131,7 +131,7 @@ def test_status_mode_agrees_with_search_in_every_configuration(
     # the index was built with 64 dims; this process's provider makes 32 (without onSearch, so that a search
     # does not start the rebuild that would make the two disagree)
     other = make_memory({"sync": {"onSearch": False}})
-    other._choice = ProviderChoice(HashEmbeddingProvider(dims=32), "hash")
+    other.engine.providers.adopt(ProviderChoice(HashEmbeddingProvider(dims=32), "hash"))
     search, status = other.search("heron1x3"), other.status()
     assert search["mode"] == status["mode"] == "keyword"
     assert status["degraded"][0]["reason"] == "index-mismatch" and "mdmemory index" in status["degraded"][0]["message"]

@@ -105,7 +105,9 @@ def test_a_model_switch_rebuilds_as_a_new_generation_while_searches_keep_answeri
     reader = make_memory()  # another reader of the same index, on a connection of its own
     seen: list[dict[str, Any]] = []
     switched = make_memory()
-    switched._choice = ProviderChoice(Rebuilding(32, lambda: seen.append(reader.search("heron pond"))), "hash")
+    switched.engine.providers.adopt(
+        ProviderChoice(Rebuilding(32, lambda: seen.append(reader.search("heron pond"))), "hash")
+    )
     report = switched.sync()
     assert report["rebuilt"] is True and report["indexed"] == 4
     assert seen == [before]  # mid-rebuild: the old index, vectors and all, answered

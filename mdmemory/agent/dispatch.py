@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mdmemory.agent.schemas import ALL_TOOLS, DEFAULT_PACK_BUDGET, TOOLS, validate_arguments
 from mdmemory.util.errors import MdMemoryError
 
 if TYPE_CHECKING:
     from mdmemory.agent.context import SessionKind
-    from mdmemory.memory import Memory
+
+
+class ToolTarget(Protocol):
+    """What the tools run on (a ``ToolTarget``): its search, get, pack and status."""
+
+    def search(
+        self, query: str, max_results: int | None = ..., min_score: float | None = ..., *, session_kind: Any = ...
+    ) -> dict[str, Any]: ...
+
+    def get(self, path: str, from_line: int | None = ..., lines: int | None = ...) -> dict[str, Any]: ...
+
+    def pack(self, query: str, budget_tokens: int = ...) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
 
 
 def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -30,7 +43,7 @@ def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = 
 
 
 def call_tool(
-    memory: Memory,
+    memory: ToolTarget,
     name: str,
     arguments: Mapping[str, Any] | str | None = None,
     *,
@@ -73,25 +86,25 @@ def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[st
     return dict(arguments), None
 
 
-def _search(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+def _search(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.search(
         args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
     )
 
 
-def _get(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+def _get(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.get(args["path"], from_line=args.get("from"), lines=args.get("lines"))
 
 
-def _pack(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+def _pack(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.pack(args["query"], budget_tokens=args.get("budgetTokens", DEFAULT_PACK_BUDGET))
 
 
-def _status(memory: Memory, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+def _status(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     return memory.status()
 
 
-_RUNNERS: dict[str, Callable[[Memory, dict[str, Any], SessionKind], dict[str, Any]]] = {
+_RUNNERS: dict[str, Callable[[ToolTarget, dict[str, Any], SessionKind], dict[str, Any]]] = {
     "memory_search": _search,
     "memory_get": _get,
     "memory_pack": _pack,

@@ -155,7 +155,7 @@ def cmd_index(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Ca
     if args.worker:
         from mdmemory.engine import worker
 
-        return worker.run(mem), render.format_index
+        return worker.run(mem.agent, mem.sync), render.format_index
     bar = None
     progress = None
     if not args.json and sys.stderr.isatty():

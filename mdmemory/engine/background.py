@@ -11,9 +11,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from mdmemory.memory import Memory
 from mdmemory.util.errors import EmbeddingsPending, LockError, ProviderError, StoreError, SyncCancelled
 
 MAX_BACKOFF_SECONDS = 300.0
@@ -35,12 +34,22 @@ class SyncState:
     pending: set[str] = field(default_factory=set)
 
 
+class Syncable(Protocol):
+    """What the service syncs (a ``Memory``): ``sync(embed=)``, a stop flag it reads between files, ``close``."""
+
+    should_stop: Callable[[], bool] | None
+
+    def sync(self, *, embed: bool = True) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
 class SyncService:
     """Runs ``Memory.sync`` on a background thread when files change, on an interval, or on request."""
 
     def __init__(
         self,
-        memory: Memory,
+        memory: Syncable,
         *,
         debounce_seconds: float,
         interval_seconds: float = 0.0,

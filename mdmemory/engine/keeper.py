@@ -1,75 +1,84 @@
-"""How ``Memory`` keeps its index in step with the files: syncing (with the store's faults turned into
+"""Keeping one agent's index in step with its files: syncing (with the store's faults turned into
 ``StoreError``s that say the fix, a corrupt index moved aside and rebuilt), the failures recorded where
-``status`` finds them, and the catch-up a search does first. ``Memory`` inherits this; it owns the
-attributes declared below.
+``status`` finds them (the health file beside the index), and the index and indexer opened on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
-import functools
 import os
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
-from mdmemory.engine.provider_choice import ProviderSelection
+from mdmemory.config.load import AgentConfig
+from mdmemory.engine.provider_choice import ProviderChoiceKeeper
+from mdmemory.files.workspace import Workspace
 from mdmemory.providers import deadline
 from mdmemory.store.faults import store_errors, store_fault
 from mdmemory.store.health import MAX_MESSAGE_CHARS, error_entry, live_inode, read_health, update_health
 from mdmemory.util.errors import EmbeddingsPending, ProviderError, StoreError, WorkspaceError
 
 if TYPE_CHECKING:
-    import threading
-
-    from mdmemory.files.workspace import Workspace
     from mdmemory.index.indexer import Indexer, Progress, SyncReport
-    from mdmemory.memory import Memory
     from mdmemory.store.api import IndexStore
 
-_R = TypeVar("_R")
-_P = ParamSpec("_P")
-_S = TypeVar("_S", bound="IndexSync")
 
+class IndexKeeper:
+    """One agent's index: opened on first use, synced, repaired, its failures on record."""
 
-def recorded_store_faults(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
-    """A SQLite failure while reading the index becomes a recorded ``StoreError`` that says the fix."""
+    def __init__(self, agent: AgentConfig, workspace: Workspace, providers: ProviderChoiceKeeper) -> None:
+        self.agent = agent
+        self.settings = agent.memory_search
+        self.workspace = workspace
+        self.providers = providers
+        self._store: IndexStore | None = None
+        self._indexer: Indexer | None = None
+        self._indexer_for = -1  # the providers' version the indexer was built for
+        self._last_error: dict[str, Any] | None = None  # kept here too when the health file cannot be written
+        self.last_repair: dict[str, Any] | None = None  # the corrupt index this object last moved aside
+        self.should_stop: Callable[[], bool] | None = None  # lets a background sync stop between files
 
-    @functools.wraps(method)
-    def wrapper(self: _S, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    @property
+    def store(self) -> IndexStore:
+        """The agent's index, on the store ``memorySearch.store.backend`` names (opened on first use)."""
+        if self._store is None:
+            from mdmemory.store.open import open_store
+
+            self._store = open_store(self.agent)
+        return self._store
+
+    @property
+    def opened(self) -> IndexStore | None:
+        """The index if it is open, without opening it."""
+        return self._store
+
+    @property
+    def indexer(self) -> Indexer:
+        choice = self.providers.choice
+        if self._indexer is None or self._indexer_for != self.providers.version:
+            from mdmemory.index.indexer import Indexer
+
+            self._indexer = Indexer(self.store, self.workspace, self.settings, choice.provider)
+            self._indexer_for = self.providers.version
+        self._indexer.should_stop = self.should_stop
+        return self._indexer
+
+    @contextlib.contextmanager
+    def store_faults(self) -> Iterator[None]:
+        """A SQLite failure while reading the index becomes a recorded ``StoreError`` that says the fix."""
         try:
-            return method(self, *args, **kwargs)
+            yield
         except store_errors(StoreError) as exc:
             fault = store_fault(exc, self.agent.store_path)
-            self._record_error(fault)
+            self.record_error(fault)
             self.release_store()
             if fault is exc:
                 raise
             raise fault from exc
 
-    return wrapper
-
-
-class IndexSync(ProviderSelection):
-    """The syncing half of ``Memory``."""
-
-    workspace: Workspace
-    should_stop: Callable[[], bool] | None
-    last_repair: dict[str, Any] | None
-    catch_up_interval: float
-    catches_up: bool
-    catch_up_budgeted: bool
-    _last_error: dict[str, Any] | None
-    _store: IndexStore | None
-    _changes: int
-    _caught_up: tuple[float, int, tuple[bool, list[str]]] | None
-    _closing: threading.Event
-
-    @property
-    def indexer(self) -> Indexer:  # provided by Memory
-        raise NotImplementedError
-
-    def _sync(
+    def sync(
         self,
         force: bool = False,
         progress: Progress | None = None,
@@ -90,7 +99,7 @@ class IndexSync(ProviderSelection):
                 self.last_repair = self._move_corrupt_aside(exc, wait)
                 report = self._sync_store(force, progress, wait, prune, embed, budget)
         except (ProviderError, StoreError, WorkspaceError, OSError) as exc:
-            self._record_error(exc)
+            self.record_error(exc)
             raise
         path = self.agent.store_path
         known = read_health(path).get("corrupt")
@@ -114,7 +123,7 @@ class IndexSync(ProviderSelection):
         """One sync; a SQLite or file-system failure of the index comes out as a ``StoreError`` saying the fix."""
         path = self.agent.store_path
         try:
-            self._follow_shared_state()
+            self.providers.follow_shared_state()
             known = read_health(path).get("corrupt")
             if known and known.get("inode") == self.store.inode:  # a search found this very file damaged
                 raise StoreError(str(known.get("error") or f"the index {path} is corrupt"), kind="corrupt")
@@ -123,10 +132,12 @@ class IndexSync(ProviderSelection):
             try:
                 report = self._sync_once(force, progress, wait, embed, budget, prune)
             except ProviderError as exc:
-                if not self._take_over(ProviderError(exc.cause) if isinstance(exc, EmbeddingsPending) else exc):
+                if not self.providers.take_over(
+                    ProviderError(exc.cause) if isinstance(exc, EmbeddingsPending) else exc
+                ):
                     raise
                 report = self._sync_once(False, progress, wait, embed, budget, prune)  # new identity: one rebuild
-            self._record_fallback()
+            self.providers.record_fallback()
             if self.store.get_meta("lastError") is not None:  # recorded there by older versions
                 self.store.delete_meta("lastError")
             return report
@@ -145,7 +156,7 @@ class IndexSync(ProviderSelection):
     def _sync_once(
         self, force: bool, progress: Progress | None, wait: float, embed: bool, budget: float | None, prune: bool
     ) -> SyncReport:
-        current = self.choice
+        current = self.providers.choice
         # a rebuild that cannot embed is discarded when a fallback can take over (it may match the live index)
         keep_live = self.settings.fallback not in ("none", current.name) and not current.fallback
         if not self.agent.files_here:  # a replica without the files: the database's entries, nothing else
@@ -167,25 +178,25 @@ class IndexSync(ProviderSelection):
         EmbeddingsPending when the provider failed, recorded as a sync's failure is."""
         path = self.agent.store_path
         try:
-            self._follow_shared_state()
-            if self.choice.provider is None or not self.indexer.identity_matches():
+            self.providers.follow_shared_state()
+            if self.providers.choice.provider is None or not self.indexer.identity_matches():
                 return self.store.pending_count()
             report = self.indexer.embed_waiting()
         except StoreError as exc:
             self.release_store()
-            self._record_error(exc)
+            self.record_error(exc)
             raise
         except store_errors() as exc:
             self.release_store()
             fault = store_fault(exc, path)
-            self._record_error(fault)
+            self.record_error(fault)
             raise fault from exc
         except (ProviderError, OSError) as exc:
-            self._record_error(exc)
+            self.record_error(exc)
             raise
         if report.embed_error is not None:
             error = EmbeddingsPending(report.pending, report.embed_error, report.to_dict())
-            self._record_error(error)
+            self.record_error(error)
             raise error
         if report.pending == 0:
             self._last_error = None
@@ -198,12 +209,14 @@ class IndexSync(ProviderSelection):
         An index that holds another provider's vectors is left as it is (searches use its keywords
         meanwhile); an empty or keyword-only index is kept fresh by keywords, so search always works.
         """
-        if self.choice.provider is not None or self.provider_error is None:
+        provider = self.providers.choice.provider  # made first: making it says whether it can be
+        error = self.providers.provider_error
+        if provider is not None or error is None:
             return
         identity = self.store.get_meta("identity")
         if identity is not None and identity.get("provider") != "none":
             raise ProviderError(
-                f"{self.provider_error} (the index keeps its {identity.get('provider')} vectors and searches "
+                f"{error} (the index keeps its {identity.get('provider')} vectors and searches "
                 "answer from keywords until this is fixed)"
             )
 
@@ -226,7 +239,11 @@ class IndexSync(ProviderSelection):
             self._store = None
             self._indexer = None
 
-    def _record_error(self, exc: BaseException) -> None:
+    def resolved(self) -> None:
+        """This object's own last failure is resolved (another connection synced): status must not show it."""
+        self._last_error = None
+
+    def record_error(self, exc: BaseException) -> None:
         """Keep the failure where ``status`` finds it, in every process: the health file beside the index."""
         kind = exc.kind if isinstance(exc, StoreError) else "provider" if isinstance(exc, ProviderError) else "error"
         if isinstance(exc, EmbeddingsPending):  # the text is indexed: say what failed and how much waits
@@ -240,12 +257,12 @@ class IndexSync(ProviderSelection):
             change["corrupt"] = {"inode": inode, "at": entry["at"], "error": str(exc)[:MAX_MESSAGE_CHARS]}
         update_health(self.agent.store_path, **change)  # False on a read-only folder: status computes it
 
-    def _embedding_deadline(self) -> float:
+    def embedding_deadline(self) -> float:
         """When a search stops waiting for embeddings: ``query.embedTimeoutMs`` from now, after the one-time
         warm-up (SDK import, model load), which cannot hang on the network and no budget counts; earlier when
         the caller set a deadline (``deadline.until``: a service recall's time budget)."""
         try:
-            provider = self.choice.provider
+            provider = self.providers.choice.provider
             if provider is not None and (provider.breaker is None or provider.breaker.status()["state"] != "open"):
                 provider.warm_up()  # not while paused: a CLI search then answers without importing the SDK
         except ProviderError:
@@ -253,42 +270,6 @@ class IndexSync(ProviderSelection):
         own = time.monotonic() + self.settings.query.embed_timeout_ms / 1000
         outer = deadline.current()
         return own if outer is None else min(own, outer)
-
-    def changed(self) -> None:
-        """Something wrote to the memory files: the next search catches up, whatever ``catch_up_interval``."""
-        self._changes += 1
-
-    @property
-    def change_announced(self) -> bool:
-        """Whether ``changed()`` was called (or nothing caught up yet) since the last catch-up began."""
-        last = self._caught_up
-        return last is None or last[1] != self._changes
-
-    def catch_up_due(self) -> bool:
-        """Whether the next search would catch up with the files (see ``catch_up_interval``)."""
-        last = self._caught_up
-        return last is None or last[1] != self._changes or time.monotonic() - last[0] >= self.catch_up_interval
-
-    def catch_up(self) -> tuple[bool, list[str]]:
-        """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
-        if not self.settings.sync.on_search:
-            return False, []
-        with deadline.until(self._embedding_deadline()):
-            return self._sync_before_search()
-
-    def _sync_before_search(self) -> tuple[bool, list[str]]:
-        """Catch up before answering (see mdmemory.engine.catchup). Returns (stale, notes)."""
-        from mdmemory.engine import catchup
-
-        if not self.catches_up:
-            return False, []
-        last = self._caught_up
-        if last is not None and not self.catch_up_due():
-            return last[2][0], list(last[2][1])
-        now, changes = time.monotonic(), self._changes  # what this catch-up covers
-        result = catchup.before_search(cast("Memory", self))
-        self._caught_up = (now, changes, result) if self.catch_up_interval > 0 else None
-        return result
 
 
 def _about_store(exc: OSError, store_path: os.PathLike[str]) -> bool:

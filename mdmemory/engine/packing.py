@@ -11,17 +11,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.pack.arguments import check_pack_arguments
-from mdmemory.pack.build import Window, build_pack
-from mdmemory.pack.inputs import counter, lines_reader, window_similarities
+from mdmemory.pack.build import LinesOf, Window, build_pack
+from mdmemory.pack.inputs import counter, window_similarities
 from mdmemory.pack.items import kind_of
 from mdmemory.util.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
-    from mdmemory.memory import Memory
+    import numpy as np
+
+    from mdmemory.config.load import MemorySearchConfig
+    from mdmemory.providers.factory import ProviderChoice
+    from mdmemory.search.hybrid import SearchOutcome
+    from mdmemory.store.api import IndexStore
+
+# A search as the engine runs it: (query, limit, threshold) -> (outcome, query vector or None, notes)
+Search = Callable[[str, int, float], "tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]"]
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
 TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
@@ -32,7 +40,11 @@ def candidate_count(max_results: int, budget_tokens: int) -> int:
 
 
 def run_pack(
-    memory: Memory,
+    search: Search,
+    settings: MemorySearchConfig,
+    choice: Callable[[], ProviderChoice],
+    store: Callable[[], IndexStore],
+    lines_of: Callable[[], LinesOf],
     query: str,
     budget_tokens: int = 1000,
     *,
@@ -41,25 +53,27 @@ def run_pack(
     trace: bool = False,
 ) -> dict[str, Any]:
     """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
-    ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them."""
+    ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them. Over ``search``
+    (the engine's, which catches up first); ``choice``, ``store`` and ``lines_of`` (the files' lines:
+    mdmemory.pack.inputs.lines_reader) are asked for after it, as the search may have changed them."""
     query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
-    settings = memory.settings
     q = settings.query
-    outcome, vector, notes = memory._search(query, candidate_count(q.max_results, budget_tokens), 0.0)
+    outcome, vector, notes = search(query, candidate_count(q.max_results, budget_tokens), 0.0)
     hits = outcome.hits
     if sources is not None:
         hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
-    provider = memory.choice.provider
+    chosen = choice()
+    provider = chosen.provider
     count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
     windows: dict[int, list[Window]] = {}
     if vector is not None and settings.chunking.window_tokens:
-        windows = window_similarities(memory.store, hits, vector, settings.chunking.window_tokens, count)
+        windows = window_similarities(store(), hits, vector, settings.chunking.window_tokens, count)
     pack = build_pack(
         hits,
         query=query,
         terms=outcome.terms,
         mode=outcome.mode,
-        lines_of=lines_reader(memory.agent.files_here, memory.workspace, memory.store),
+        lines_of=lines_of(),
         budget_tokens=budget_tokens,
         windows=windows,
         count=count,
@@ -79,4 +93,4 @@ def run_pack(
     body = pack.to_dict(trace)
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
     model = provider.model if provider is not None else None
-    return {**head, "provider": memory.choice.name, "model": model, **body, **notes}
+    return {**head, "provider": chosen.name, "model": model, **body, **notes}

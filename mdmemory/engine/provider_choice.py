@@ -1,27 +1,31 @@
-"""Which embedding provider an agent's ``Memory`` uses, and when that changes.
+"""Which embedding provider an agent's engine uses, and when that changes.
 
 The configured provider (``auto`` resolved), or the fallback that took over after it kept failing and
 stays in charge, in every process, for ``FALLBACK_RETRY_SECONDS`` (the state lives in the index's meta);
 a provider that cannot be created leaves search keyword-only and is tried again every
 ``PROVIDER_RETRY_SECONDS``. Each provider gets the circuit breaker shared through the index.
-``Memory`` inherits this; it owns the attributes declared below.
+
+``ProviderChoiceKeeper`` holds one engine's choice; ``SharedProviders`` the choices the engines of one
+process share (agents with the same provider settings load one model).
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.config.load import AgentConfig, MemorySearchConfig
+from mdmemory.config.load import AgentConfig
 from mdmemory.providers import deadline
 from mdmemory.store.faults import store_errors
 from mdmemory.util.errors import ProviderError, StoreError
 
-# The providers and the store are imported when a provider is first chosen: ``mdmemory get`` (a ``Memory``
+# The providers and the store are imported when a provider is first chosen: ``mdmemory get`` (an engine
 # that never embeds nor opens its index) then pays for neither.
 if TYPE_CHECKING:
-    from mdmemory.index.indexer import Indexer
     from mdmemory.providers.base import EmbeddingProvider
     from mdmemory.providers.breaker import CircuitBreaker
     from mdmemory.providers.factory import ProviderChoice
@@ -31,51 +35,74 @@ FALLBACK_RETRY_SECONDS = 3600.0  # how long a fallback that took over stays in c
 PROVIDER_RETRY_SECONDS = 30.0  # how often a provider that could not be created (no key, no model) is tried again
 
 
-class ProviderSelection:
-    """The provider half of ``Memory``."""
+class ProviderChoiceKeeper:
+    """One engine's provider choice, made on first use; ``version`` changes whenever the choice does (the
+    index keeper then builds its indexer again)."""
 
-    agent: AgentConfig
-    settings: MemorySearchConfig
-    env: Mapping[str, str]
-    provider_error: ProviderError | None
-    _choice: ProviderChoice | None
-    _choice_at: float
-    _indexer: Indexer | None
+    def __init__(
+        self,
+        agent: AgentConfig,
+        env: Mapping[str, str],
+        store: Callable[[], IndexStore],
+        choice: ProviderChoice | None = None,
+    ) -> None:
+        self.agent = agent
+        self.settings = agent.memory_search
+        self.env = env
+        self._store = store  # the index, opened lazily by its keeper
+        self._choice = choice
+        self._at = 0.0
+        self.provider_error: ProviderError | None = None  # why the configured provider could not be created
+        self.version = 0
 
     @property
-    def store(self) -> IndexStore:  # provided by Memory
-        raise NotImplementedError
+    def current(self) -> ProviderChoice | None:
+        """The choice in use, without making one."""
+        return self._choice
 
     @property
     def choice(self) -> ProviderChoice:
         """The provider in use. One that cannot be created (no API key, no model file) and has no fallback
         leaves search keyword-only, with the reason in ``hint``; creating it is tried again every
         ``PROVIDER_RETRY_SECONDS``."""
-        retry = self.provider_error is not None and time.monotonic() - self._choice_at > PROVIDER_RETRY_SECONDS
+        retry = self.provider_error is not None and time.monotonic() - self._at > PROVIDER_RETRY_SECONDS
         if self._choice is None or retry:
             from mdmemory.providers.factory import ProviderChoice, choose
 
             try:
-                self._choice = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
+                made = self._persisted_fallback() or choose(self.settings, self.agent.home, self.env)
                 self.provider_error = None
             except ProviderError as exc:
                 self.provider_error = exc
                 hint = f"provider unavailable: {exc}; searching by keywords only until it is fixed"
-                self._choice = ProviderChoice(None, self.settings.provider, hint=hint)
-            self._choice_at = time.monotonic()
-            self._indexer = None
+                made = ProviderChoice(None, self.settings.provider, hint=hint)
+            self._set(made)
+            self._at = time.monotonic()
+        assert self._choice is not None
         if self._choice.provider is not None and self._choice.provider.breaker is None:
-            self._choice.provider.breaker = self._breaker(self._choice.provider)
+            self._choice.provider.breaker = self.breaker_for(self._choice.provider)
         return self._choice
 
-    def follow(self, other: ProviderSelection) -> None:
-        """Use the provider choice ``other`` (another connection to the same agent's index) uses now: after a
-        fallback took over there, the same one here, so that both write the same vectors."""
-        if other._choice is not None and other._choice is not self._choice:
-            self._choice = other._choice
-            self._indexer = None
+    def adopt(self, choice: ProviderChoice | None) -> None:
+        """Use ``choice`` (one another engine or the process owns: closing is theirs), or none (the next use
+        makes one)."""
+        if choice is not self._choice:
+            self._set(choice)
 
-    def _breaker(self, provider: EmbeddingProvider) -> CircuitBreaker:
+    def follow(self, other: ProviderChoiceKeeper) -> None:
+        """Use the choice ``other`` (another connection to the same agent's index) uses now: after a fallback
+        took over there, the same one here, so that both write the same vectors."""
+        if other.current is not None:
+            self.adopt(other.current)
+
+    def close(self, provider: bool = True) -> None:
+        """Close the provider in use, or (``provider=False``: it is shared) only let go of it."""
+        if not provider:
+            self._set(None)
+        elif self._choice is not None and self._choice.provider is not None:
+            self._choice.provider.close()
+
+    def breaker_for(self, provider: EmbeddingProvider) -> CircuitBreaker:
         """The provider's circuit breaker on this index, shared with other processes (providers/breaker.py)."""
         from mdmemory.providers.breaker import BreakerPolicy, breaker_for
 
@@ -83,26 +110,7 @@ class ProviderSelection:
         policy = BreakerPolicy(b.failures, b.cool_down_seconds, b.max_cool_down_seconds)
         return breaker_for(self.agent.store_path, provider.provider_key, provider.id, provider.model, policy)
 
-    def _persisted_fallback(self) -> ProviderChoice | None:
-        """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
-        from mdmemory.providers.factory import ProviderChoice, build
-
-        try:
-            state = self.store.get_meta("fallback")
-        except store_errors(StoreError):
-            return None  # a broken index has no fallback to keep; the store's state is reported on its own
-        if not state or state.get("to") != self.settings.fallback:
-            return None
-        if _expired(state):
-            return None
-        try:
-            provider = build(state["to"], self.settings, self.agent.home, self.env)  # fallback: its own model
-        except ProviderError:
-            return None
-        reason = {"from": state["from"], "reason": state["reason"]}
-        return ProviderChoice(provider, self.settings.provider, fallback=reason)
-
-    def _take_over(self, exc: ProviderError) -> bool:
+    def take_over(self, exc: ProviderError) -> bool:
         """Switch to the configured fallback after the primary kept failing; False if there is none."""
         current = self.choice
         target = self.settings.fallback
@@ -118,30 +126,100 @@ class ProviderSelection:
             return False
         if current.provider is not None:
             current.provider.close()
-        self._choice = ProviderChoice(provider, current.requested, fallback={"from": current.name, "reason": str(exc)})
-        self._indexer = None
+        self._set(ProviderChoice(provider, current.requested, fallback={"from": current.name, "reason": str(exc)}))
         return True
 
-    def _follow_shared_state(self) -> None:
+    def follow_shared_state(self) -> None:
         """Pick up a swapped index, and drop a fallback that another process has already ended."""
-        self.store.refresh()
+        store = self._store()
+        store.refresh()
         if self._choice is not None and self._choice.fallback is not None:
-            state = self.store.get_meta("fallback")
+            state = store.get_meta("fallback")
             if state is None or _expired(state):
                 if self._choice.provider is not None:
                     self._choice.provider.close()
-                self._choice = None
-                self._indexer = None
+                self._set(None)
 
-    def _record_fallback(self) -> None:
+    def record_fallback(self) -> None:
+        """Keep a fallback that took over where every process finds it (the index's meta), or end it there."""
         fb = self.choice.fallback
-        state = self.store.get_meta("fallback")
+        store = self._store()
+        state = store.get_meta("fallback")
         if fb is None:
             if state is not None:
-                self.store.delete_meta("fallback")
+                store.delete_meta("fallback")
         elif state is None or state.get("from") != fb["from"] or _expired(state):
-            self.store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
+            store.set_meta("fallback", {**fb, "to": self.choice.name, "at": time.time()})
+
+    def _set(self, choice: ProviderChoice | None) -> None:
+        self._choice = choice
+        self.version += 1
+
+    def _persisted_fallback(self) -> ProviderChoice | None:
+        """A fallback that took over recently stays in charge (in every process) until its cool-down ends."""
+        from mdmemory.providers.factory import ProviderChoice, build
+
+        try:
+            state = self._store().get_meta("fallback")
+        except store_errors(StoreError):
+            return None  # a broken index has no fallback to keep; the store's state is reported on its own
+        if not state or state.get("to") != self.settings.fallback:
+            return None
+        if _expired(state):
+            return None
+        try:
+            provider = build(state["to"], self.settings, self.agent.home, self.env)  # fallback: its own model
+        except ProviderError:
+            return None
+        reason = {"from": state["from"], "reason": state["reason"]}
+        return ProviderChoice(provider, self.settings.provider, fallback=reason)
 
 
 def _expired(state: dict[str, Any]) -> bool:
     return time.time() - float(state.get("at", 0)) > FALLBACK_RETRY_SECONDS
+
+
+def provider_key(agent: AgentConfig) -> str:
+    """What two agents must have in common to share a provider: its settings (not the index, not the files)."""
+    ms = agent.memory_search
+    parts = (ms.enabled, ms.provider, ms.model, ms.fallback, asdict(ms.local), asdict(ms.remote))
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+class SharedProviders:
+    """The provider choices the engines of one process share, one per ``provider_key``: a local model is
+    loaded once however many agents use it. The first choice remembered for a key is the one shared; the
+    process closes them (``close``), an engine never closes one it got from here."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, ProviderChoice] = {}
+        self._lock = threading.Lock()
+
+    def for_agent(self, agent: AgentConfig) -> ProviderChoice | None:
+        """The choice to share with ``agent``, if one was remembered."""
+        with self._lock:
+            return self._by_key.get(provider_key(agent))
+
+    def remember(self, agent: AgentConfig, choice: ProviderChoice) -> ProviderChoice:
+        """Share ``choice`` with agents like ``agent`` unless one is shared already; returns the shared one."""
+        with self._lock:
+            return self._by_key.setdefault(provider_key(agent), choice)
+
+    def owns(self, choice: ProviderChoice | None) -> bool:
+        """Whether ``choice`` is one of the shared ones (its engine must not close it)."""
+        with self._lock:
+            return choice is not None and any(c is choice for c in self._by_key.values())
+
+    def choices(self) -> list[ProviderChoice]:
+        with self._lock:
+            return list(self._by_key.values())
+
+    def close(self) -> None:
+        """Close every shared provider once."""
+        with self._lock:
+            choices, self._by_key = list(self._by_key.values()), {}
+        closed: set[int] = set()
+        for choice in choices:
+            if choice.provider is not None and id(choice.provider) not in closed:
+                closed.add(id(choice.provider))
+                choice.provider.close()

@@ -1,4 +1,4 @@
-"""``Memory.status()``: the truth about one agent's index, computed when asked.
+"""``status()`` of an agent's engine: the truth about one agent's index, computed when asked.
 
 Everything comes from the memory files, the database, the health file beside it and the watcher's state
 file, never from a flag set earlier. Status never fails because the index is broken: the store's own
@@ -12,9 +12,11 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mdmemory.engine import catchup
+from mdmemory.config.load import Config
+from mdmemory.engine.catchup import CatchUp
+from mdmemory.engine.keeper import IndexKeeper
 from mdmemory.engine.watchstate import read_watch_state
 from mdmemory.files import roots
 from mdmemory.index.indexer import Indexer, is_utf8, printable
@@ -25,9 +27,6 @@ from mdmemory.store.faults import free_bytes, store_errors, store_fault
 from mdmemory.store.health import read_health
 from mdmemory.store.open import describe, local_disk
 from mdmemory.util.errors import StoreError
-
-if TYPE_CHECKING:
-    from mdmemory.memory import Memory
 
 STORE_STATES = {
     "full": "full",
@@ -51,13 +50,14 @@ _INDEX_FIELDS = (
 )
 
 
-def build_status(mem: Memory) -> dict[str, Any]:
-    choice = mem.choice
+def build_status(keeper: IndexKeeper, catch: CatchUp, config: Config | None, disabled: str) -> dict[str, Any]:
+    """The status of ``keeper``'s index (see the module docstring); ``disabled``: what to say when it is."""
+    choice = keeper.providers.choice
     provider = choice.provider
-    path = mem.agent.store_path
+    path = keeper.agent.store_path
     health = read_health(path)
-    here = mem.agent.files_here  # False: a replica without the agent's files (service.remoteAgents)
-    warnings = _workspace_warnings(mem) if here else []
+    here = keeper.agent.files_here  # False: a replica without the agent's files (service.remoteAgents)
+    warnings = _workspace_warnings(keeper) if here else []
     store: IndexStore | None = None
     fault: StoreError | None = None
     index: dict[str, Any] = {
@@ -68,45 +68,45 @@ def build_status(mem: Memory) -> dict[str, Any]:
     }
     matches = True
     try:
-        store = mem.store
-        index, matches, legacy_error = _index_fields(mem, store, provider, warnings)
+        store = keeper.store
+        index, matches, legacy_error = _index_fields(keeper, store, provider, warnings)
     except StoreError as exc:
         fault, legacy_error = exc, None
     except store_errors() as exc:
         fault, legacy_error = store_fault(exc, path), None
     if fault is not None:
-        mem.release_store()  # the next use opens it again: it may be repaired or writable by then
+        keeper.release_store()  # the next use opens it again: it may be repaired or writable by then
     if store is not None and fault is None and here:
         with contextlib.suppress(StoreError, *store_errors()):
-            warnings[:0] = roots.warnings(mem.workspace.missing_roots(), store.files())
-    if not mem.settings.enabled:
-        warnings.append(mem._disabled())
+            warnings[:0] = roots.warnings(keeper.workspace.missing_roots(), store.files())
+    if not keeper.settings.enabled:
+        warnings.append(disabled)
     elif choice.hint and choice.hint not in warnings:
         warnings.append(choice.hint)
-    if mem.config and mem.config.ignored_keys:
-        warnings.append("config keys ignored (not mdmemory's): " + ", ".join(mem.config.ignored_keys))
-    last_error = _newest(health.get("lastError"), mem.last_error, legacy_error)
+    if config and config.ignored_keys:
+        warnings.append("config keys ignored (not mdmemory's): " + ", ".join(config.ignored_keys))
+    last_error = _newest(health.get("lastError"), keeper.last_error, legacy_error)
     if last_error is not None and "pending" in last_error and index.get("pendingEmbeddings") == 0:
         last_error = None  # an embedding failure whose chunks all have their vectors now is resolved
-    hybrid = mem.settings.query.hybrid.enabled
+    hybrid = keeper.settings.query.hybrid.enabled
     mode = ("hybrid" if hybrid else "vector") if provider is not None and matches else "keyword"
     out: dict[str, Any] = {
-        "agent": mem.agent.id,
-        "enabled": mem.settings.enabled,
-        "workspace": str(mem.workspace.root),
-        "sources": list(mem.settings.sources),  # memorySearch.sources: "memory", and "sessions" when on
-        **describe(mem.agent),  # backend, and where the index is (a PostgreSQL URL without its password)
-        "storeState": _store_state(path if local_disk(mem.agent) else None, store, fault, health, last_error),
+        "agent": keeper.agent.id,
+        "enabled": keeper.settings.enabled,
+        "workspace": str(keeper.workspace.root),
+        "sources": list(keeper.settings.sources),  # memorySearch.sources: "memory", and "sessions" when on
+        **describe(keeper.agent),  # backend, and where the index is (a PostgreSQL URL without its password)
+        "storeState": _store_state(path if local_disk(keeper.agent) else None, store, fault, health, last_error),
         "provider": choice.name,
         "requestedProvider": choice.requested,
         "model": provider.model if provider else None,
         "dims": index.pop("dims", None) or (provider.dims if provider else None),
-        "mode": mode if mem.settings.enabled else "disabled",
-        "degraded": _degraded(mem, choice, index, matches),
+        "mode": mode if keeper.settings.enabled else "disabled",
+        "degraded": _degraded(keeper, catch, choice, index, matches),
         **index,
         "lastError": _shown_error(last_error),
-        "watcher": read_watch_state(mem.agent),
-        "worker": catchup.worker_state(mem),
+        "watcher": read_watch_state(keeper.agent),
+        "worker": catch.worker_state(),
         "warnings": warnings,
     }
     if not here:
@@ -118,7 +118,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
     if choice.fallback:
         out["fallback"] = choice.fallback
     if provider is not None:
-        out["breaker"] = (provider.breaker or mem._breaker(provider)).status()
+        out["breaker"] = (provider.breaker or keeper.providers.breaker_for(provider)).status()
         if out["breaker"]["state"] == "open":
             out["degraded"].append(
                 {
@@ -131,7 +131,7 @@ def build_status(mem: Memory) -> dict[str, Any]:
 
 
 def _index_fields(
-    mem: Memory, store: IndexStore, provider: EmbeddingProvider | None, warnings: list[str]
+    keeper: IndexKeeper, store: IndexStore, provider: EmbeddingProvider | None, warnings: list[str]
 ) -> tuple[dict[str, Any], bool, dict[str, Any] | None]:
     """The database's part of the status, whether a search could use its vectors, and an old lastError."""
     store.refresh()  # the index as it is now: another process may have rebuilt it since this one last looked
@@ -146,7 +146,7 @@ def _index_fields(
     if last and last["report"].get("errors"):
         warnings.extend(f"{e['path']}: {e['error']}" for e in last["report"]["errors"])
     counts = store.counts()
-    indexer = Indexer(store, mem.workspace, mem.settings, provider)
+    indexer = Indexer(store, keeper.workspace, keeper.settings, provider)
     matches = provider is None or indexer.identity_matches()  # as search decides whether to use vectors
     fields = {
         "dims": store.vec_dims(),
@@ -160,13 +160,13 @@ def _index_fields(
         "lastSync": _iso(last["at"]) if last else None,
         "lastSyncSeconds": last["report"]["seconds"] if last else None,
         "staleFiles": indexer.stale_files(),
-        "otherSources": _other_sources(store, mem.workspace.sources),
+        "otherSources": _other_sources(store, keeper.workspace.sources),
     }
     return fields, matches, store.get_meta("lastError")
 
 
-def _workspace_warnings(mem: Memory) -> list[str]:
-    scan = mem.workspace.scan()
+def _workspace_warnings(keeper: IndexKeeper) -> list[str]:
+    scan = keeper.workspace.scan()
     warnings: list[str] = [special.warning for special in scan.special]
     for mf in scan.files:
         try:
@@ -175,8 +175,8 @@ def _workspace_warnings(mem: Memory) -> list[str]:
             continue  # deleted since discovery
         if not is_utf8(mf.rel):
             warnings.append(f"{printable(mf.rel)}: file name is not valid UTF-8, not indexed; rename the file")
-        elif size > mem.settings.max_file_bytes:
-            warnings.append(f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({mem.settings.max_file_bytes})")
+        elif size > keeper.settings.max_file_bytes:
+            warnings.append(f"{mf.rel}: skipped, {size} bytes is over maxFileBytes ({keeper.settings.max_file_bytes})")
     return warnings
 
 
@@ -210,12 +210,16 @@ def _store_state(
     return {"state": state, "message": message, "freeBytes": free, "movedAside": moved}
 
 
-def _degraded(mem: Memory, choice: ProviderChoice, index: dict[str, Any], matches: bool) -> list[dict[str, str]]:
+def _degraded(
+    keeper: IndexKeeper, catch: CatchUp, choice: ProviderChoice, index: dict[str, Any], matches: bool
+) -> list[dict[str, str]]:
     """Why a search would not be as good as configured: ``[{reason, message}]``, empty when it would be."""
     out: list[dict[str, str]] = []
     if choice.provider is None:
-        if mem.provider_error is not None:
-            out.append({"reason": "provider-unavailable", "message": choice.hint or str(mem.provider_error)})
+        if keeper.providers.provider_error is not None:
+            out.append(
+                {"reason": "provider-unavailable", "message": choice.hint or str(keeper.providers.provider_error)}
+            )
         elif choice.requested != "none":
             out.append({"reason": "no-provider", "message": choice.hint or "keyword-only search: no provider"})
     elif not matches and index["indexProvider"] is None:
@@ -227,7 +231,7 @@ def _degraded(mem: Memory, choice: ProviderChoice, index: dict[str, Any], matche
             }
         )
     elif not matches:
-        out.append({"reason": "index-mismatch", "message": catchup.mismatch_note(mem)})
+        out.append({"reason": "index-mismatch", "message": catch.mismatch_note()})
     if choice.fallback:
         out.append(
             {

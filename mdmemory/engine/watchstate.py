@@ -21,7 +21,7 @@ def read_watch_state(agent: AgentConfig) -> dict[str, Any]:
     """The daemon's view of this agent, checked against reality: a dead pid or old heartbeat is not running."""
     try:
         state = json.loads(state_path(agent).read_bytes())
-        alive = _pid_alive(int(state.get("pid", 0)))
+        alive = pid_alive(int(state.get("pid", 0)))
         fresh = time.time() - float(state.get("heartbeat", 0)) < STALE_HEARTBEAT_SECONDS
     except (OSError, ValueError, RecursionError, TypeError, AttributeError, OverflowError):
         return {"running": False}  # missing, or not what a daemon writes (torn, edited): none is known to run
@@ -30,7 +30,7 @@ def read_watch_state(agent: AgentConfig) -> dict[str, Any]:
     return {"running": True, **{k: v for k, v in state.items() if k != "heartbeat"}}
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:

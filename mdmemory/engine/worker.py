@@ -23,14 +23,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mdmemory.config.load import AgentConfig
-from mdmemory.engine.watchstate import _pid_alive as pid_alive
+from mdmemory.engine.watchstate import pid_alive
 from mdmemory.util.errors import EmbeddingsPending, LockError
-
-if TYPE_CHECKING:
-    from mdmemory.memory import Memory
 
 PATIENCE_SECONDS = 300.0  # how long a worker keeps retrying a failing provider before it exits
 FIRST_RETRY_SECONDS = 2.0
@@ -123,12 +120,12 @@ def _write_state(store_path: Path, info: WorkerInfo) -> None:
     os.replace(tmp, path)
 
 
-def run(mem: Memory, patience: float = PATIENCE_SECONDS) -> dict[str, Any]:
+def run(agent: AgentConfig, sync: Callable[[], dict[str, Any]], patience: float = PATIENCE_SECONDS) -> dict[str, Any]:
     """The worker's body (``mdmemory index --worker``): take the worker lock, sync until done or out of
     patience, remove the state file. Raises LockError when another worker is running."""
     from filelock import FileLock, Timeout
 
-    store_path = mem.agent.store_path
+    store_path = agent.store_path
     store_path.parent.mkdir(parents=True, exist_ok=True)
     life = FileLock(str(_file(store_path, ".lock")))
     try:
@@ -148,7 +145,7 @@ def run(mem: Memory, patience: float = PATIENCE_SECONDS) -> dict[str, Any]:
             time.sleep(seconds)
             return False
 
-        return settle(mem, patience, pause)
+        return settle(sync, patience, pause)
     finally:
         with contextlib.suppress(OSError, ValueError):
             path = _file(store_path, ".json")
@@ -157,14 +154,14 @@ def run(mem: Memory, patience: float = PATIENCE_SECONDS) -> dict[str, Any]:
         life.release()
 
 
-def settle(mem: Memory, patience: float, pause: Callable[[float], bool]) -> dict[str, Any]:
-    """``mem.sync()`` until it succeeds, retrying a provider outage (chunks left pending) or a busy writer
+def settle(sync: Callable[[], dict[str, Any]], patience: float, pause: Callable[[float], bool]) -> dict[str, Any]:
+    """``sync()`` until it succeeds, retrying a provider outage (chunks left pending) or a busy writer
     with backoff for up to ``patience`` seconds; ``pause(seconds)`` returns True to give up early."""
     deadline = time.monotonic() + patience
     delay = FIRST_RETRY_SECONDS
     while True:
         try:
-            return mem.sync()
+            return sync()
         except (EmbeddingsPending, LockError):
             if time.monotonic() + delay > deadline or pause(delay):
                 raise

@@ -340,20 +340,21 @@ class IpcServer:
             if mem is None:
                 mem = served.memory = Memory(served.agent, self.config)
             shared = self.shared_choice(served.agent.id)
-            if shared is not None and mem._choice is not shared:
+            if shared is not None and mem.current_choice is not shared:
                 self._drop_own_choice(served)
-                mem._choice, mem._indexer = shared, None
+                mem.engine.providers.adopt(shared)
             try:
                 yield mem
             finally:
-                served.owns_choice = mem._choice is not None and mem._choice is not shared
+                served.owns_choice = mem.current_choice is not None and mem.current_choice is not shared
         finally:
             served.lock.release()
 
     def _drop_own_choice(self, served: _Served) -> None:
         mem = served.memory
-        if mem is not None and served.owns_choice and mem._choice is not None and mem._choice.provider is not None:
-            mem._choice.provider.close()
+        own = mem.current_choice if mem is not None and served.owns_choice else None
+        if own is not None and own.provider is not None:
+            own.provider.close()
         served.owns_choice = False
 
     def _close_memory(self, served: _Served) -> None:
@@ -361,8 +362,7 @@ class IpcServer:
         if mem is None:
             return
         self._drop_own_choice(served)
-        mem._choice = None  # a shared provider belongs to the daemon, which closes it
-        mem.close()
+        mem.close(provider=False)  # a shared provider belongs to the daemon, which closes it
         served.memory = None
 
 

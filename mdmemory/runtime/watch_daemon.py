@@ -42,6 +42,7 @@ class AgentWatch:
     service: SyncService
     watcher: MemoryWatcher
     started: float
+    memory: Memory  # what the service syncs; its provider is the one the command-line socket shares
     reported: tuple[bool, str | None, int] | None = None  # (armed, waitingFor, rearms) last logged
     state_lock: threading.Lock = field(default_factory=threading.Lock)  # the loop and the watcher's guard write
     state_error: str | None = None
@@ -115,25 +116,24 @@ def start_agent(agent: AgentConfig, config: Config | None, emit: Emit, *, pollin
             }
         )
 
+    memory = Memory(agent, config)
     try:
         service = SyncService(
-            Memory(agent, config),
+            memory,
             debounce_seconds=sync.watch_debounce_ms / 1000,
             interval_seconds=sync.interval_minutes * 60,
             on_report=on_report,
             on_error=on_error,
             name=f"mdmemory-sync-{agent.id}",
         )
-        watcher = MemoryWatcher(
-            service.memory.workspace, service.mark_dirty, polling=polling, on_armed=service.request_sync
-        )
+        watcher = MemoryWatcher(memory.workspace, service.mark_dirty, polling=polling, on_armed=service.request_sync)
         service.start()
         watcher.start()
     except BaseException:
         lock.release()
         raise
     service.request_sync()
-    watch = AgentWatch(agent, lock, service, watcher, time.time())
+    watch = AgentWatch(agent, lock, service, watcher, time.time(), memory)
     if shared:
         watch.drainer = start_drainer(agent, service, emit)
     with contextlib.suppress(OSError):  # retried every heartbeat, which reports a failure
@@ -232,7 +232,7 @@ def run(
                 [w.agent for w in watches],
                 emit,
                 commands,
-                shared_choice=lambda agent_id: by_id[agent_id].service.memory._choice,
+                shared_choice=lambda agent_id: by_id[agent_id].memory.current_choice,
             )
             server.start()
             for watch in watches:

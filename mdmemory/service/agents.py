@@ -29,20 +29,20 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import shutil
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from mdmemory.config.load import DEFAULT_STORE_PATH, AgentConfig, Config, is_remote, remote_agents, with_sessions
 from mdmemory.config.store import store_path_clash
 from mdmemory.engine.drain import Drainer
+from mdmemory.engine.provider_choice import SharedProviders
 from mdmemory.files.sessionlog import SessionLog
 from mdmemory.files.workspace import MEMORY_DIR, SESSIONS_DIR
 from mdmemory.memory import Memory
@@ -74,12 +74,6 @@ class AgentsBusy(AgentUnavailable):
     """Every open agent is in use, so no other may be opened now (HTTP 503)."""
 
 
-def provider_key(agent: AgentConfig) -> str:
-    ms = agent.memory_search
-    parts = (ms.enabled, ms.provider, ms.model, ms.fallback, asdict(ms.local), asdict(ms.remote))
-    return json.dumps(parts, sort_keys=True, default=str)
-
-
 class Agents:
     """The served agents, opened lazily, at most ``max_open`` at once (see the module docstring)."""
 
@@ -95,7 +89,7 @@ class Agents:
         self.served = served  # ``serve --agent``: only these ids (None: every configured one, and autoAgents)
         self.max_open = max_open or config.service.max_open_agents or DEFAULT_MAX_OPEN
         self._open: OrderedDict[str, Agent | None] = OrderedDict()  # least recently used first; None: opening
-        self._choices: dict[str, Any] = {}  # provider key -> the provider choice agents with it share
+        self.providers = SharedProviders()  # agents with the same provider settings share one
         self._lock = threading.Condition()
         self._opening = threading.Lock()  # around making an agent's provider choice
         self._failures: dict[str, tuple[float, str]] = {}  # agent id -> (when, why) its last request failed
@@ -224,16 +218,15 @@ class Agents:
             opened = self._open.get(agent_id)
             if opened is not None:
                 return opened.memory.current_choice
-            return self._choices.get(provider_key(config)) if config is not None else None
+            return self.providers.for_agent(config) if config is not None else None
 
     def limit_threads(self, threads: int) -> None:
         """Every provider of this process computes on at most ``threads`` threads from now on (its
         indexing shares the machine with the recall workers)."""
         with self._lock:
             self._threads = threads
-            choices = list(self._choices.values())
-        for choice in choices:
-            if choice is not None and choice.provider is not None:
+        for choice in self.providers.choices():
+            if choice.provider is not None:
                 choice.provider.limit_threads(threads)
 
     def config_of(self, agent_id: str, create: bool = True) -> AgentConfig:
@@ -361,20 +354,23 @@ class Agents:
             log.repair()  # before the first recall indexes the files: a crash's leftovers go first
             if shared:
                 drainer = Drainer(agent, on_drained=lambda _: None, on_error=lambda _: None, log=log)
-        key = provider_key(agent)
         with self._opening:  # two agents with the same settings opened at once must not load two models
-            memory = Memory(agent, self.config, choice=self._choices.get(key), env=self.env)
+            memory = Memory(agent, self.config, choice=self.providers.for_agent(agent), env=self.env)
             memory.catch_up_interval = CATCH_UP_SECONDS
             memory.catch_up_budgeted = True  # text only, within the recall's budget: vectors follow
             memory.background = "owner"  # the background indexer (mdmemory.service.server) embeds them
-            if key not in self._choices and self._threads is not None and memory.choice.provider is not None:
+            if (
+                self.providers.for_agent(agent) is None
+                and self._threads is not None
+                and memory.choice.provider is not None
+            ):
                 memory.choice.provider.limit_threads(self._threads)
-            self._choices.setdefault(key, memory.choice)  # the index opens on first use (a retain needs only files)
+            self.providers.remember(agent, memory.choice)  # the index opens on first use (a retain needs only files)
         return Agent(agent, memory, log, threading.Lock(), Readers(memory), drainer=drainer)
 
     def _close_agent(self, agent: Agent, sync: bool = False) -> None:
         """Close the agent's readers and index; its provider only when no other agent shares it."""
-        shared = self._choices.get(provider_key(agent.config))
+        shared = self.providers.for_agent(agent.config)
         with agent.lock:
             if sync:
                 with contextlib.suppress(MdMemoryError, OSError):
@@ -390,13 +386,7 @@ class Agents:
             self._open.clear()
         for a in agents:
             self._close_agent(a)
-        closed: set[int] = set()
-        for choice in self._choices.values():
-            provider = choice.provider if choice is not None else None
-            if provider is not None and id(provider) not in closed:
-                closed.add(id(provider))
-                provider.close()
-        self._choices.clear()
+        self.providers.close()
 
 
 def _reason(exc: BaseException) -> str:

@@ -44,8 +44,7 @@ class Readers:
         one given back. It uses the provider ``primary`` uses now (after a fallback took over, the new one)."""
         mem = self._take()
         try:
-            if self.primary._choice is not None:
-                mem._choice = self.primary._choice
+            mem.follow(self.primary)
             yield mem
         finally:
             self._idle.put(mem)

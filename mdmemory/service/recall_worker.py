@@ -29,6 +29,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from mdmemory.engine.provider_choice import SharedProviders
+
 HEADER = struct.Struct(">I")
 MAX_FRAME = 64 * 1024 * 1024  # a request body is bounded by service.maxBodyBytes (at most 1 GiB; 2 MiB default)
 
@@ -72,7 +74,7 @@ class WorkerAgents:
         self.config = config
         self._configs = Agents(config)  # only for config_of: the agent's resolved settings, never opened here
         self._open: OrderedDict[str, Any] = OrderedDict()
-        self._choices: dict[str, Any] = {}
+        self.providers = SharedProviders()  # agents with the same provider settings share one
         self.max_open = config.service.max_open_agents or DEFAULT_MAX_OPEN
 
     def warm(self, ids: list[str]) -> None:
@@ -90,7 +92,6 @@ class WorkerAgents:
     def memory(self, agent_id: str) -> Any:
         from mdmemory.config.load import with_sessions
         from mdmemory.memory import Memory
-        from mdmemory.service.agents import provider_key
 
         mem = self._open.get(agent_id)
         if mem is not None:
@@ -99,28 +100,20 @@ class WorkerAgents:
         while len(self._open) >= self.max_open:
             self._close(self._open.popitem(last=False)[1])
         agent = with_sessions(self._configs.config_of(agent_id))
-        key = provider_key(agent)
-        mem = Memory(agent, self.config, choice=self._choices.get(key))
+        mem = Memory(agent, self.config, choice=self.providers.for_agent(agent))
         mem.catches_up = False  # the service's process keeps the index in step with the files
-        self._choices.setdefault(key, mem.choice)
+        self.providers.remember(agent, mem.choice)
         self._open[agent_id] = mem
         return mem
 
     def _close(self, mem: Any) -> None:
-        from mdmemory.service.agents import provider_key
-
-        mem.close(provider=mem.current_choice is not self._choices.get(provider_key(mem.agent)))
+        mem.close(provider=not self.providers.owns(mem.current_choice))
 
     def close(self) -> None:
         for mem in self._open.values():
             self._close(mem)
         self._open.clear()
-        closed: set[int] = set()
-        for choice in self._choices.values():
-            provider = choice.provider if choice is not None else None
-            if provider is not None and id(provider) not in closed:
-                closed.add(id(provider))
-                provider.close()
+        self.providers.close()
 
 
 def answer(agents: WorkerAgents, frame: bytes) -> bytes:
