@@ -223,7 +223,7 @@ def test_the_background_sync_keeps_either_store_fresh(workspace: Path, make_memo
         assert paths(reader.search("heron pond"))[0] == "memory/2026-05-01.md"
         write(workspace / "memory" / "2026-05-04.md", "# 2026-05-04\n\nAn otter surfaced by the jetty.\n")
         service.mark_dirty("memory/2026-05-04.md")
-        assert service.wait_idle(30) and service.state.syncs == 2
+        assert service.wait_idle(30) and service.state.runs == 2
         assert paths(reader.search("otter jetty"))[0] == "memory/2026-05-04.md"
     finally:
         service.stop()

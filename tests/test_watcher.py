@@ -132,24 +132,24 @@ def test_new_subfolders_deletes_and_renames(harness: Harness, workspace: Path) -
 
 
 def test_non_markdown_and_editor_temp_files_are_ignored(harness: Harness, workspace: Path) -> None:
-    syncs = harness.service.state.syncs
+    syncs = harness.service.state.runs
     write(workspace / "memory" / "notes.txt", "not memory")
     write(workspace / "memory" / ".#lock.md", "emacs lock")
     write(workspace / "memory" / "x.md.swp", "swap")
     write(workspace / "README.md", "not memory either")
     harness.settle()
-    assert harness.service.state.syncs == syncs
+    assert harness.service.state.runs == syncs
     assert harness.paths() == {"MEMORY.md"}
 
 
 def test_a_burst_of_writes_ends_in_one_sync(harness: Harness, workspace: Path) -> None:
-    syncs = harness.service.state.syncs
+    syncs = harness.service.state.runs
     target = workspace / "memory" / "burst.md"
     for i in range(10):
         target.write_text(f"version {i}")
         time.sleep(0.01)
     harness.settle()
-    assert harness.service.state.syncs == syncs + 1
+    assert harness.service.state.runs == syncs + 1
     assert harness.texts("memory/burst.md") == ["version 9"]
 
 
@@ -223,7 +223,7 @@ def test_interval_reconcile_catches_changes_without_events(
     try:
         write(workspace / "memory" / "missed.md", "an edit no event told us about")
         wait_for(lambda: "memory/missed.md" in reader.store.files(), timeout=10)
-        wait_for(lambda: service.state.syncs >= 1, timeout=10)  # the sync commits the file before it returns
+        wait_for(lambda: service.state.runs >= 1, timeout=10)  # the sync commits the file before it returns
     finally:
         service.stop()
 

@@ -16,13 +16,13 @@ Every warning names who is doing the work, so none promises work that will not h
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mdmemory.config.load import AgentConfig, Config
 from mdmemory.engine import worker
+from mdmemory.engine.background import WORKER_BACKOFF, BackgroundWork
 from mdmemory.engine.keeper import IndexKeeper
 from mdmemory.engine.watchstate import read_watch_state
 from mdmemory.index.identity import identity_change
@@ -79,8 +79,7 @@ class CatchUp:
         self.entries_seen: tuple[int, int] | None = None  # the EntryLog version this replica last indexed
         self._changes = 0  # bumped by changed(): a catch-up that began before a write does not cover it
         self._caught_up: tuple[float, int, tuple[bool, list[str]]] | None = None
-        self._thread: threading.Thread | None = None
-        self._closing = threading.Event()
+        self._work: BackgroundWork | None = None
 
     # -- when -----------------------------------------------------------------------------------------
     def changed(self) -> None:
@@ -215,11 +214,8 @@ class CatchUp:
                 return f"no one (a background worker could not start: {exc}; run `mdmemory index`)"
         if info is not None:
             return self._worker_doing(info, purpose)
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            thread = threading.Thread(target=self._background_sync, name="mdmemory-search-sync", daemon=True)
-            self._thread = thread
-            thread.start()
+        if self._work is None or not self._work.is_alive():
+            self._start_work()
         return "rebuilding in the background" if purpose == "rebuild" else "a background sync in this process"
 
     @staticmethod
@@ -236,7 +232,7 @@ class CatchUp:
         info = worker.running(self.agent.store_path)
         if info is not None:
             action = self._worker_doing(info, "rebuild")
-        elif self._thread is not None and self._thread.is_alive():
+        elif self._work is not None and self._work.is_alive():
             action = "rebuilding in the background"
         elif self.keeper.settings.sync.on_search:
             action = "searches answer by keywords only; the next search starts a rebuild (or run `mdmemory index`)"
@@ -262,22 +258,34 @@ class CatchUp:
         watch = read_watch_state(self.agent)
         return f" (`mdmemory watch`, pid {watch['pid']})" if watch.get("running") else ""
 
-    def _background_sync(self) -> None:
-        """A sync on its own connection (this engine's keeps serving searches), retried with backoff like the
-        worker's while the provider is down; it stops when this engine closes."""
-        other = self.sibling(self._closing.is_set)
-        try:
-            worker.settle(other.sync, worker.PATIENCE_SECONDS, self._closing.wait)
-            self.keeper.resolved()  # this engine's own failed catch-up is resolved: status must not show it
-        except MdMemoryError:
-            pass  # recorded in the health file as lastError by the sync; status shows it
-        except OSError:
-            pass
-        finally:
-            other.close(provider=False)  # the provider is shared with this engine: do not close it
+    def _start_work(self) -> None:
+        """A sync on a connection of its own (this engine's keeps serving searches), retried with the worker's
+        backoff while the provider is down or another process writes; it stops when this engine closes."""
+        other: Sibling | None = None
+
+        def job() -> dict[str, Any]:
+            nonlocal other
+            if other is None:
+                other = self.sibling(lambda: work.stopping)
+            return other.sync()
+
+        def finished() -> None:
+            if other is not None:
+                other.close(provider=False)  # the provider is shared with this engine: do not close it
+
+        work = BackgroundWork(
+            job,
+            name="mdmemory-search-sync",
+            patience=worker.PATIENCE_SECONDS,
+            retry=(EmbeddingsPending, LockError),
+            backoff=WORKER_BACKOFF,
+            on_done=lambda _: self.keeper.resolved(),  # this engine's own failed catch-up is resolved
+            on_exit=finished,
+        )  # a failure that ends it is in the health file (lastError) already: status shows it
+        self._work = work
+        work.start()
 
     def stop(self) -> None:
         """Stop the background sync (between files) and join it."""
-        self._closing.set()
-        if self._thread is not None:
-            self._thread.join(60)
+        if self._work is not None:
+            self._work.stop(60)

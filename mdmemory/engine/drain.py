@@ -15,11 +15,11 @@ each entry once throughout.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from mdmemory.config.load import AgentConfig
+from mdmemory.engine.background import BackgroundWork, Backoff
 from mdmemory.files.sessionlog import SessionLog
 from mdmemory.store.api import EntryLog
 from mdmemory.store.open import entry_log
@@ -56,7 +56,8 @@ def drain(log: SessionLog, entries: EntryLog) -> dict[str, int]:
 
 
 class Drainer:
-    """Drains one agent's entries on a thread of its own; ``on_drained`` is called after a drain that wrote."""
+    """Drains one agent's entries every ``interval`` on a ``BackgroundWork`` of its own; ``on_drained`` is
+    called after a drain that wrote, ``on_error`` once per distinct failure (the next round tries again)."""
 
     def __init__(
         self,
@@ -71,17 +72,19 @@ class Drainer:
         self.on_drained = on_drained
         self.on_error = on_error
         self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"mdmemory-drain-{agent.id}", daemon=True)
         self._last_error: str | None = None
+        self.work = BackgroundWork(
+            self._round,
+            name=f"mdmemory-drain-{agent.id}",
+            interval=interval,
+            backoff=Backoff(first=interval, most=interval, store_most=interval),  # every round, failed or not
+        )
 
     def start(self) -> None:
-        self._thread.start()
+        self.work.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
+        self.work.stop(30)
 
     def run_once(self) -> dict[str, int] | None:
         """One drain if the database has work for this host; its counts (None: nothing to do)."""
@@ -90,15 +93,14 @@ class Drainer:
                 return None
             return drain(self.log, entries)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                report = self.run_once()
-            except (MdMemoryError, OSError) as exc:  # the database or the workspace is away: the next round
-                if str(exc) != self._last_error:
-                    self.on_error(exc)
-                self._last_error = str(exc)
-                continue
-            self._last_error = None
-            if report is not None:
-                self.on_drained(report)
+    def _round(self) -> None:
+        try:
+            report = self.run_once()
+        except (MdMemoryError, OSError) as exc:  # the database or the workspace is away: the next round
+            if str(exc) != self._last_error:
+                self.on_error(exc)
+            self._last_error = str(exc)
+            return
+        self._last_error = None
+        if report is not None:
+            self.on_drained(report)

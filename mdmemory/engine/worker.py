@@ -26,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from mdmemory.config.load import AgentConfig
+from mdmemory.engine.background import settle
 from mdmemory.engine.watchstate import pid_alive
-from mdmemory.util.errors import EmbeddingsPending, LockError
+from mdmemory.util.errors import LockError
 
 PATIENCE_SECONDS = 300.0  # how long a worker keeps retrying a failing provider before it exits
-FIRST_RETRY_SECONDS = 2.0
-MAX_RETRY_SECONDS = 60.0
 STARTUP_SECONDS = 10.0  # a just-spawned worker counts as running before it has taken its lock
 LOG_MAX_BYTES = 1 << 20
 
@@ -152,17 +151,3 @@ def run(agent: AgentConfig, sync: Callable[[], dict[str, Any]], patience: float 
             if int(json.loads(path.read_text())["pid"]) == os.getpid():
                 path.unlink()
         life.release()
-
-
-def settle(sync: Callable[[], dict[str, Any]], patience: float, pause: Callable[[float], bool]) -> dict[str, Any]:
-    """``sync()`` until it succeeds, retrying a provider outage (chunks left pending) or a busy writer
-    with backoff for up to ``patience`` seconds; ``pause(seconds)`` returns True to give up early."""
-    deadline = time.monotonic() + patience
-    delay = FIRST_RETRY_SECONDS
-    while True:
-        try:
-            return sync()
-        except (EmbeddingsPending, LockError):
-            if time.monotonic() + delay > deadline or pause(delay):
-                raise
-            delay = min(MAX_RETRY_SECONDS, delay * 2)

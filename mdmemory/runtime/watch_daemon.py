@@ -56,7 +56,7 @@ class AgentWatch:
             **self.watcher.state(),
             "since": self.started,
             "heartbeat": time.time(),
-            "syncs": self.service.state.syncs,
+            "syncs": self.service.state.runs,
             "lastError": self.service.state.last_error,
             **({"socket": self.socket} if self.socket else {}),
         }

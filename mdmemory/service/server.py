@@ -14,14 +14,14 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from mdmemory.config.load import AgentConfig, Config
-from mdmemory.engine.worker import FIRST_RETRY_SECONDS, MAX_RETRY_SECONDS
+from mdmemory.engine.background import WORKER_BACKOFF as RETRY
+from mdmemory.engine.background import BackgroundWork
 from mdmemory.runtime.ipc_server import CommandLine, IpcServer
 from mdmemory.service import auth, budget
 from mdmemory.service.agents import Agent, Agents
@@ -39,51 +39,42 @@ KEEP_ALIVE_SECONDS = 5  # an idle connection between requests is closed after th
 
 class BackgroundIndexer:
     """Indexes what the requests left to the background, for every open agent: the text of files a recall's
-    catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. A failing
-    pass (the provider is down) is retried after ``FIRST_RETRY_SECONDS``, doubling up to ``MAX_RETRY_SECONDS``."""
+    catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. One
+    ``BackgroundWork`` makes a pass every ``INDEX_EVERY_SECONDS``, or at once when woken; an agent whose pass
+    failed (the provider is down) is passed over until the backoff (``RETRY``) says to try it again."""
 
     def __init__(self, agents: Agents, telemetry: Telemetry) -> None:
         self.agents = agents
         self.telemetry = telemetry
-        self._stop = threading.Event()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mdmemory-service-index", daemon=True)
+        self.work = BackgroundWork(self._run, name="mdmemory-service-index", interval=INDEX_EVERY_SECONDS)
         self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
         self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
 
     def start(self) -> None:
-        self._thread.start()
+        self.work.start()
 
     def wake(self) -> None:
         """Make a pass now (a retain waits for its vectors), not at the next ``INDEX_EVERY_SECONDS``."""
-        self._wake.set()
+        self.work.run_soon()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(60)
+        self.work.stop(60)
 
     def _run(self) -> None:
-        while True:
-            self._wake.wait(INDEX_EVERY_SECONDS)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            for agent_id in self.agents.opened():
-                agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
-                if agent is None:
-                    continue
-                try:
-                    self._pass(agent)
-                finally:
-                    self.agents.release(agent)
+        for agent_id in self.agents.opened():
+            agent = self.agents.held(agent_id)  # held: not closed to make room while it is indexed
+            if agent is None:
+                continue
+            try:
+                self._pass(agent)
+            finally:
+                self.agents.release(agent)
 
     def _pass(self, agent: Agent) -> None:
-        if agent.drainer is not None and not self._stop.is_set():
+        if agent.drainer is not None and not self.work.stopping:
             self._drain(agent)
         now = time.monotonic()
-        if self._stop.is_set() or now < self._retry_at.get(agent.config.id, 0.0):
+        if self.work.stopping or now < self._retry_at.get(agent.config.id, 0.0):
             return
         upto = agent.vectors.issued  # the retains this pass covers (each announced its change before)
         try:
@@ -104,7 +95,7 @@ class BackgroundIndexer:
         except (MdMemoryError, OSError):
             status = "failed"  # status shows it (lastError); tried again after a pause
             failures = self._failures[agent.config.id] = self._failures.get(agent.config.id, 0) + 1
-            pause = min(MAX_RETRY_SECONDS, FIRST_RETRY_SECONDS * 2 ** (failures - 1))
+            pause = RETRY.after(failures)
             self._retry_at[agent.config.id] = now + pause
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
 
