@@ -93,6 +93,53 @@ def test_memory_get_returns_the_file_as_it_is(mem: Memory) -> None:
     assert mem.get("MEMORY.md")["text"] == MEMORY
 
 
+ONE_MARKER = re.compile(r"\[REDACTED(?::[a-z0-9_]+)?\]")  # [REDACTED:<kind>], or [REDACTED] for a named secret
+OTHER_MARKERS = re.compile(r"redacted|\*\*\*|<hidden>|<secret>", re.IGNORECASE)
+
+
+def test_every_output_marks_a_secret_one_way(mem: Memory, tmp_path: Path) -> None:
+    """Search, pack, recall, the tools, session context, a retained turn, status, config errors and shown
+    store URLs: a secret becomes ``[REDACTED:<kind>]`` (``[REDACTED]`` for a named secret's value), never
+    another marker (``<redacted>``, ``***``...)."""
+    from mdmemory.config.load import load_config
+    from mdmemory.config.store import shown_url
+    from mdmemory.files.retained import render_entry
+    from mdmemory.service.recall import memories_of
+    from mdmemory.util.errors import ConfigError
+    from tests.service_bodies import openai_entry
+
+    config_errors = []
+    for bad in (
+        {"provider": KEY},
+        {"remote": {"apiKey": 7}},
+        {"remote": {"headers": {"Authorization": ["Bearer " + PAT]}}},
+    ):
+        path = tmp_path / f"bad-{len(config_errors)}.json"
+        path.write_text(json.dumps({"agents": {"defaults": {"memorySearch": bad}}}))
+        with pytest.raises(ConfigError) as err:
+            load_config(path, env={"MDMEMORY_HOME": str(tmp_path / "home")})
+        config_errors.append(str(err.value))
+    outputs: dict[str, object] = {
+        "search": mem.search("staging deploy key token database RSA", min_score=0.0, max_results=20),
+        "pack": mem.pack("deploy key token database RSA", budget_tokens=4000, trace=True),
+        "recall": memories_of(mem.pack("deploy key token", budget_tokens=1500, max_items=8)),
+        "tool memory_search": call_tool(mem, "memory_search", {"query": "deploy robot token", "minScore": 0}),
+        "tool memory_pack": call_tool(mem, "memory_pack", {"query": "staging deploy key", "budgetTokens": 800}),
+        "tool memory_status": call_tool(mem, "memory_status", {}),
+        "context": mem.session_context("main", "2026-03-09"),
+        "retain -> session file": render_entry(openai_entry(MEMORY, MEMORY), {"timezone": "UTC"})[2],
+        "config errors": config_errors,
+        "store URL": shown_url("postgres://deploy:Hunter2-x9Q@db.internal:5432/app?password=Hunter2-x9Q"),
+    }
+    marked = 0
+    for name, value in outputs.items():
+        text = json.dumps(value, ensure_ascii=False)
+        assert _leaks(value) == [], name
+        marked += len(ONE_MARKER.findall(text))
+        assert not OTHER_MARKERS.findall(ONE_MARKER.sub("", text)), f"{name}: {OTHER_MARKERS.findall(text)[:3]}"
+    assert marked >= len(outputs) - 1  # every output that can hold a secret shows its marker (status holds none)
+
+
 # -- every prompt-bound output, table-driven over a sample of the corpus (tests/redaction_corpus.py) -----------
 SAMPLE = [
     "pem block",
