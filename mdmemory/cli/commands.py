@@ -12,12 +12,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
 from mdmemory import __version__  # noqa: I001
 from mdmemory.cli import formatting as render
 from mdmemory.cli.agent_commands import register as register_agent_commands
 from mdmemory.cli.output import write
+from mdmemory.cli.parsers import EXIT_USAGE, OnlyOne, Parser, QuietParser, Refused
 from mdmemory.cli.service_commands import register as register_service_commands
 from mdmemory.cli.store_commands import register as register_store_commands
 from mdmemory.search.arguments import check_search_arguments
@@ -27,49 +28,7 @@ from mdmemory.util.errors import ConfigError, InvalidArgumentError, MdMemoryErro
 if TYPE_CHECKING:
     from mdmemory.memory import Memory
 
-EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep that, add a hint
-        self.print_usage(sys.stderr)
-        print(f"mdmemory: error: {message} (see `mdmemory --help`)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
-class Refused(Exception):
-    """Raised by ``QuietParser`` where argparse would print (usage, an error, help, the version) and exit."""
-
-
-class QuietParser(Parser):
-    """The command line's parser that never prints nor exits: ``parse`` tries it on a parser holding only the
-    command given (a daemon has no terminal at all), then lets the full parser say what is wrong."""
-
-    def _print_message(self, message: str, file: Any = None) -> None:
-        pass
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        raise Refused(message or f"exit {status}")
-
-    def error(self, message: str) -> NoReturn:
-        raise Refused(message)
-
-
-class _Discard:
-    """What ``build_parser(only=...)`` registers instead of the parsers of the other commands: nothing."""
-
-    def __getattr__(self, name: str) -> Callable[..., _Discard]:
-        return lambda *args, **kwargs: self
-
-
-class _OnlyOne:
-    """Subparsers that keep only ``command``'s parser (building ~25 argparse parsers costs ~6 ms a call)."""
-
-    def __init__(self, sub: Any, command: str) -> None:
-        self.sub, self.command = sub, command
-
-    def add_parser(self, name: str, **kwargs: Any) -> Any:
-        return self.sub.add_parser(name, **kwargs) if name == self.command else _Discard()
+EXIT_OK, EXIT_RUNTIME = 0, 1
 
 
 def _common() -> Parser:
@@ -92,7 +51,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     parser.add_argument("--json", dest="global_json", action="store_true", help="print JSON, for any command")
     sub: Any = parser.add_subparsers(dest="command", required=True, parser_class=parser_class)
     if only is not None:
-        sub = _OnlyOne(sub, only)
+        sub = OnlyOne(sub, only)
 
     p = sub.add_parser("index", parents=[common], help="index new and changed memory files")
     p.add_argument("--force", action="store_true", help="rebuild the whole index (implies --prune)")

@@ -23,7 +23,6 @@ number of vectors is permanent: a server that caps inputs per request does so ev
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import logging
 import math
@@ -31,7 +30,6 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mdmemory.providers import deadline
 from mdmemory.providers.base import EmbeddingProvider, RetryPolicy
@@ -43,6 +41,7 @@ from mdmemory.providers.transport import (
     parse_retry_after,
     read_capped,
 )
+from mdmemory.providers.urls import display_url, has_credentials, is_loopback
 from mdmemory.util.errors import InputRejected, ProviderError, TransientProviderError
 from mdmemory.util.redaction.credentials import REDACTED, is_secret_name, scrub
 from mdmemory.util.tokens import estimate_tokens
@@ -73,40 +72,6 @@ ESTIMATE_MARGIN = 4 / 3
 and other token-dense text still fits the server's limit."""
 
 _MAX_QUOTED = 300
-
-
-def display_url(url: str) -> str:
-    """``url`` normalised and safe to show: no credentials or secret query values, no trailing slash."""
-    parts = urlsplit(url.strip())
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    default_port = {"http": 80, "https": 443}.get(parts.scheme.lower())
-    try:
-        port = parts.port
-    except ValueError:
-        port = None
-    netloc = host if port in (None, default_port) else f"{host}:{port}"
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if not is_secret_name(k)])
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), query, ""))
-
-
-def _url_has_credentials(url: str) -> bool:
-    parts = urlsplit(url)
-    return bool(parts.username or parts.password) or any(
-        is_secret_name(k) for k, _ in parse_qsl(parts.query, keep_blank_values=True)
-    )
-
-
-def is_loopback(url: str) -> bool:
-    """True when ``url`` points at this machine (``localhost``, ``127.0.0.0/8``, ``::1``)."""
-    host = (urlsplit(url.strip()).hostname or "").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Secret:
@@ -156,7 +121,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         if timeout <= 0 or max_retries < 0 or max_batch_size <= 0:
             raise ProviderError("remote.timeoutSeconds and max_batch_size must be > 0, max_retries >= 0")
         raw_url = (base_url or env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL).strip()
-        if _url_has_credentials(raw_url):
+        if has_credentials(raw_url):
             # httpx logs request URLs and turns user:pass into Basic auth, replacing the bearer key.
             raise ProviderError(
                 f"remote.baseUrl ({display_url(raw_url)}) must not carry credentials: put the key in "
