@@ -17,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from mdmemory.config.store import URL_ENV as URL_ENV
 from mdmemory.config.store import shown_url as shown_url
@@ -222,7 +222,13 @@ def close_pools() -> None:
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-_B = TypeVar("_B", bound="Borrowing")
+_B = TypeVar("_B", bound="HasSession")
+
+
+class HasSession(Protocol):
+    """Anything that can hold a connection for a block (a store, its parts, an entry log)."""
+
+    def session(self) -> contextlib.AbstractContextManager[Any]: ...
 
 
 class Borrowing:

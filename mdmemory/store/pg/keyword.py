@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmemory.store.pg import vectors as vector_sql
-from mdmemory.store.pg.connection import Borrowing
 from mdmemory.store.terms import text_terms
 from mdmemory.util.tokens import CJK_RUN
 
@@ -173,26 +172,6 @@ def totals(cur: Any, schema: str, agent_id: str, gen: int) -> Totals:
     cur.execute(f"SELECT {TOTALS_COLUMNS} FROM {schema}.token_totals WHERE agent_id = %s AND gen = %s", (agent_id, gen))
     row = cur.fetchone()
     return Totals(gen, *(int(x) for x in row)) if row else Totals(gen)
-
-
-class RemembersTotals(Borrowing):
-    """A store's view of one generation (``schema``, ``agent_id``, ``gen``) that remembers its totals: a
-    search asks for them several times (BM25, the vector search, the document-frequency memo), so they are
-    read with the live generation by ``refresh`` and forgotten by a write through this store (``_totals``
-    None), not read by each question. Like the generation itself, they follow other processes' writes at
-    the next ``refresh``."""
-
-    schema: str
-    agent_id: str
-    gen: int
-    _totals: Totals | None = None
-
-    def totals(self) -> Totals:
-        """The generation's totals (remembered since the last ``refresh`` or write here, else read now)."""
-        if self._totals is None or self._totals.gen != self.gen:
-            with self.session() as conn, conn.cursor() as cur:
-                self._totals = totals(cur, self.schema, self.agent_id, self.gen)
-        return self._totals
 
 
 def bm25(

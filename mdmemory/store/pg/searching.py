@@ -1,20 +1,21 @@
 """Search on one agent's PostgreSQL index: what ``mdmemory.search.hybrid`` asks of a store (``SearchStore``), over
-the generation the store reads. Mixed into ``PgStore``; BM25 and the vector SQL live in ``keyword`` and
+the generation the store reads: a part of ``PgStore``; BM25 and the vector SQL live in ``keyword`` and
 ``vectors``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from mdmemory.config.store import HnswConfig
 from mdmemory.store.fts import like_escape, rank_needle_hits
 from mdmemory.store.pg import keyword
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import borrows, current, give_back, spare
+from mdmemory.store.pg.view import PgIndexView
 
 if TYPE_CHECKING:
     import numpy as np
@@ -25,16 +26,18 @@ KNN_THREADS = 8  # threads running vector searches started ahead (start_knn), sh
 DF_DRIFT = 0.01  # above, a remembered count holds while the chunk count moves less than this share
 
 
-class PgSearching(keyword.RemembersTotals):
-    """Needs ``schema``, ``agent_id``, ``gen`` and ``_df`` (remembered document frequencies).
+class PgSearching:
+    """Search on the generation ``view`` reads.
 
     A search asks many small questions; each is one round trip to the server: the generation's totals
     (chunks, tokens, vectors per chunk, write counter) are read with the live generation by ``refresh``
     rather than by each question, and the terms a chunk holds come with its BM25 score."""
 
-    hnsw: HnswConfig
-    _df: tuple[tuple[int, int], dict[tuple[str, int], int]]
-    _df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # gen, term -> (df, chunks, version)
+    def __init__(self, view: PgIndexView) -> None:
+        self.view = view
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        return self.view.session()
 
     def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of ``words`` (FTS5's terms of them): ``(chunk id, bm25)`` best first."""
@@ -46,9 +49,9 @@ class PgSearching(keyword.RemembersTotals):
         what the SQLite store's highlighted words tell the search."""
         parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
         terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
-        totals, df = self.totals(), self.document_frequencies(terms)
-        with self.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.schema, self.agent_id, self.gen, terms, k, totals, df)
+        totals, df = self.view.totals(), self.document_frequencies(terms)
+        with self.view.conn.cursor() as cur:
+            ranked = keyword.bm25(cur, self.view.schema, self.view.agent_id, self.view.gen, terms, k, totals, df)
         return [(cid, rank, {w for w, ts in parts.items() if ts and set(ts) <= found}) for cid, rank, found in ranked]
 
     @borrows
@@ -59,18 +62,18 @@ class PgSearching(keyword.RemembersTotals):
             return 0
         if len(terms) == 1:
             return min(self.document_frequencies(terms)[terms[0]], int(limit))
-        key = (self.gen, self.totals().version)
-        if self._df[0] != key:
-            self._df = (key, {})
-        known = self._df[1].get((word, limit))
+        key = (self.view.gen, self.view.totals().version)
+        if self.view.df[0] != key:
+            self.view.df = (key, {})
+        known = self.view.df[1].get((word, limit))
         if known is not None:
             return known
-        row = self.conn.execute(
-            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+        row = self.view.conn.execute(
+            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.view.schema}.postings WHERE agent_id = %s AND gen = %s "
             "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
-            (self.agent_id, self.gen, terms, len(terms), int(limit)),
+            (self.view.agent_id, self.view.gen, terms, len(terms), int(limit)),
         ).fetchone()
-        self._df[1][(word, limit)] = int(row[0])
+        self.view.df[1][(word, limit)] = int(row[0])
         return int(row[0])
 
     @borrows
@@ -79,9 +82,9 @@ class PgSearching(keyword.RemembersTotals):
         all while it is small, and while its chunk count stays within ``DF_DRIFT`` of what it was when
         counted once it holds ``DF_EXACT_BELOW`` chunks (an IDF moves by less than 0.01 then, and counting
         a frequent term's postings again after every write would cost more than the search)."""
-        totals = self.totals()
-        memo = self._df_terms if self._df_terms[0] == self.gen else (self.gen, {})
-        self._df_terms = memo
+        totals = self.view.totals()
+        memo = self.view.df_terms if self.view.df_terms[0] == self.view.gen else (self.view.gen, {})
+        self.view.df_terms = memo
         out: dict[str, int] = {}
         missing = []
         for term in dict.fromkeys(terms):
@@ -94,10 +97,10 @@ class PgSearching(keyword.RemembersTotals):
             else:
                 missing.append(term)
         if missing:
-            rows = self.conn.execute(
-                f"SELECT term, count(*) FROM {self.schema}.postings WHERE agent_id = %s AND gen = %s "
+            rows = self.view.conn.execute(
+                f"SELECT term, count(*) FROM {self.view.schema}.postings WHERE agent_id = %s AND gen = %s "
                 "AND term = ANY(%s) GROUP BY term",
-                (self.agent_id, self.gen, missing),
+                (self.view.agent_id, self.view.gen, missing),
             ).fetchall()
             counted = {str(t): int(n) for t, n in rows}
             for term in missing:
@@ -108,9 +111,9 @@ class PgSearching(keyword.RemembersTotals):
     @borrows
     def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
         """Chunks holding any of the CJK character trigrams ``grams``: ``(chunk id, bm25)`` best first."""
-        totals = self.totals()
-        with self.conn.cursor() as cur:
-            return keyword.trigram_bm25(cur, self.schema, self.agent_id, self.gen, grams, k, totals)
+        totals = self.view.totals()
+        with self.view.conn.cursor() as cur:
+            return keyword.trigram_bm25(cur, self.view.schema, self.view.agent_id, self.view.gen, grams, k, totals)
 
     @borrows
     def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
@@ -119,10 +122,10 @@ class PgSearching(keyword.RemembersTotals):
         if not needles:
             return []
         patterns = [f"%{like_escape(n)}%" for n in needles]
-        rows = self.conn.execute(
-            f"SELECT id, text FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
+        rows = self.view.conn.execute(
+            f"SELECT id, text FROM {self.view.schema}.chunks WHERE agent_id = %s AND gen = %s AND text LIKE ANY(%s) "
             "ORDER BY id LIMIT %s",
-            (self.agent_id, self.gen, patterns, int(k) * 8),
+            (self.view.agent_id, self.view.gen, patterns, int(k) * 8),
         ).fetchall()
         return rank_needle_hits(rows, needles, k)
 
@@ -134,28 +137,43 @@ class PgSearching(keyword.RemembersTotals):
         from psycopg import pq
 
         later = functools.partial(self.knn, query, k)
-        conn = current(self.url)
+        conn = current(self.view.url)
         if conn is None or conn.read_only is not True or conn.info.transaction_status != pq.TransactionStatus.INTRANS:
             return later
-        args = (self.schema, self.agent_id, self.gen, query, k, self.totals().per_chunk, self.hnsw.ef_search)
-        second = spare(self.url, self.max_connections)
+        args = (
+            self.view.schema,
+            self.view.agent_id,
+            self.view.gen,
+            query,
+            k,
+            self.view.totals().per_chunk,
+            self.view.hnsw.ef_search,
+        )
+        second = spare(self.view.url, self.view.max_connections)
         if second is None:
             return later
         try:
             snapshot = str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
-            future = _threads().submit(_knn_in_snapshot, self.url, second, snapshot, args)
+            future = _threads().submit(_knn_in_snapshot, self.view.url, second, snapshot, args)
         except BaseException:
-            give_back(self.url, second)  # (once submitted, the thread gives it back)
+            give_back(self.view.url, second)  # (once submitted, the thread gives it back)
             raise
         return future.result
 
     @borrows
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks of the live generation by cosine distance, through its HNSW index."""
-        per_chunk = self.totals().per_chunk
-        with self.conn.cursor() as cur:
+        per_chunk = self.view.totals().per_chunk
+        with self.view.conn.cursor() as cur:
             return vector_sql.knn(
-                cur, self.schema, self.agent_id, self.gen, query, k, per_chunk=per_chunk, ef_search=self.hnsw.ef_search
+                cur,
+                self.view.schema,
+                self.view.agent_id,
+                self.view.gen,
+                query,
+                k,
+                per_chunk=per_chunk,
+                ef_search=self.view.hnsw.ef_search,
             )
 
 

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -27,31 +26,33 @@ from mdmemory.store.pg import claims, keyword, rows
 from mdmemory.store.pg import vectors as vector_sql
 from mdmemory.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmemory.store.pg.entries import PgEntryLog
+from mdmemory.store.pg.generations import RETIRED_KEEP_SECONDS, PgGenerations
 from mdmemory.store.pg.indexing import PgIndexing
 from mdmemory.store.pg.schema import check_schema_name, ensure_migrated
 from mdmemory.store.pg.searching import PgSearching
+from mdmemory.store.pg.view import PgIndexView, lock_key
 from mdmemory.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmemory.util.errors import LockError, StoreError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
+
+    import numpy as np
 
     from mdmemory.store.api import IndexStore
 
 LOCK_POLL_SECONDS = 0.05
-RETIRED_KEEP_SECONDS = 60.0  # a retired generation outlives the searches that were reading it by far
 
 
-def _lock_key(agent_id: str, purpose: str = "writer") -> int:
-    """A signed 64-bit advisory lock key for the agent's writer (or embedding) lock."""
-    digest = hashlib.sha256(f"mdmemory-{purpose}\0{agent_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
-class PgStore(PgIndexing, PgSearching):
+class PgStore:
     """The index of ``agent_id`` in schema ``schema`` of the database at ``url``; ``generation`` opens a
     generation being built instead of the live one (a rebuild's writer). With a ``workspace`` (the agent's
-    files are on this host), only that workspace may write or search the index (see ``claims``)."""
+    files are on this host), only that workspace may write or search the index (see ``claims``).
+
+    It writes files' rows and holds the writer lock itself; the rest is done by its parts over one
+    ``PgIndexView`` — chunks, vectors and the embedding cache (``indexing``), search (``searching``), the
+    generations (``generations``) — and it hands each ``IndexStore`` call to its part."""
 
     write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
     inode: int | None = None  # not a file
@@ -67,21 +68,42 @@ class PgStore(PgIndexing, PgSearching):
         hnsw: HnswConfig = vector_sql.DEFAULT_HNSW,
         workspace: Path | None = None,
     ) -> None:
-        self.url = url
-        self.max_connections = max_connections
-        self.hnsw = hnsw
-        self.agent_id = agent_id
-        self.schema = check_schema_name(schema)
-        self.claims = claims.Guard(workspace, agent_id, self.schema)
-        self.path = f"{shown_url(url)} (schema {self.schema}, agent {agent_id})"
+        schema = check_schema_name(schema)
+        self.view = PgIndexView(url, max_connections, agent_id, schema, hnsw, building=generation is not None)
+        self.claims = claims.Guard(workspace, agent_id, schema)
+        self.path = f"{shown_url(url)} (schema {schema}, agent {agent_id})"
+        self.indexing = PgIndexing(self.view)
+        self.searching = PgSearching(self.view)
+        self.generations = PgGenerations(self.view, self.claims, self.indexing.vec_dims)
         with self.session() as conn:
-            ensure_migrated(conn, url, self.schema)
-            self.gen = self._live_generation() if generation is None else generation
-        self._building = generation is not None
-        # document frequencies by (word, limit), kept while the generation's write counter stays the same
-        self._df: tuple[tuple[int, int], dict[tuple[str, int], int]] = ((0, -1), {})
-        self._df_terms: tuple[int, dict[str, tuple[int, int, int]]] = (0, {})  # see document_frequencies
-        self._indexed: set[tuple[int, int]] = set()  # (generation, dims) known to have a valid HNSW index
+            ensure_migrated(conn, url, schema)
+            self.view.gen = self.generations.live_generation() if generation is None else generation
+
+    @property
+    def url(self) -> str:
+        return self.view.url
+
+    @property
+    def agent_id(self) -> str:
+        return self.view.agent_id
+
+    @property
+    def schema(self) -> str:
+        return self.view.schema
+
+    @property
+    def gen(self) -> int:
+        """The generation this store reads and writes."""
+        return self.view.gen
+
+    def session(self) -> contextlib.AbstractContextManager[Any]:
+        """Hold one connection for a series of calls (each call borrows one otherwise)."""
+        return self.view.session()
+
+    @property
+    def conn(self) -> Any:
+        """The connection of the ``session`` block this thread is in."""
+        return self.view.conn
 
     def close(self) -> None:
         """Nothing to give back: a store holds a connection only while a call (or ``session``) runs."""
@@ -89,12 +111,12 @@ class PgStore(PgIndexing, PgSearching):
     def entry_log(self) -> PgEntryLog:
         """The agent's retained entries and tombstones: each call on a connection from the pool, or on the
         one the calling thread's block holds (the writer's, under its lock: ``mdmemory.index.entries.snapshot``)."""
-        return PgEntryLog(None, self.schema, self.agent_id, url=self.url, max_connections=self.max_connections)
+        return PgEntryLog(None, self.schema, self.agent_id, url=self.url, max_connections=self.view.max_connections)
 
     def reopen(self) -> None:
         """Follow the live generation (the next call borrows a connection the server has not dropped)."""
-        if not self._building:
-            self.gen = self._live_generation()
+        if not self.view.building:
+            self.view.gen = self.generations.live_generation()
 
     @contextlib.contextmanager
     def reading(self) -> Iterator[Any]:
@@ -124,47 +146,12 @@ class PgStore(PgIndexing, PgSearching):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- generations ------------------------------------------------------------------------------
-    @borrows
-    def _live_generation(self) -> int:
-        """The live generation (the first one is created live, empty)."""
-        s = self.schema
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(  # the first generation of an agent that has none yet
-                f"INSERT INTO {s}.generations (agent_id, gen, state) SELECT %s, 1, 'live' WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {s}.generations WHERE agent_id = %s) ON CONFLICT DO NOTHING",
-                (self.agent_id, self.agent_id),
-            )
-            cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live'", (self.agent_id,))
-            return int(cur.fetchone()[0])
-
-    @borrows
-    def refresh(self) -> bool:
-        """Follow a switch another process made, and read the live generation's totals with it (one round
-        trip; see ``keyword.RemembersTotals``); True when the live generation changed."""
-        if self._building:
-            return False
-        s = self.schema
-        columns = ", ".join(f"t.{c}" for c in keyword.TOTALS_COLUMNS.split(", "))
-        row = self.conn.execute(
-            f"SELECT g.gen, {columns}, {claims.COLUMNS} FROM {s}.generations g LEFT JOIN {s}.token_totals t "
-            f"ON t.agent_id = g.agent_id AND t.gen = g.gen LEFT JOIN {s}.workspaces w ON w.agent_id = g.agent_id "
-            "WHERE g.agent_id = %s AND g.state = 'live'",
-            (self.agent_id,),
-        ).fetchone()
-        if row is not None:  # (no live generation yet: nothing to read)
-            self.claims.check(claims.Claim.from_row(row[-4:]))
-        live = int(row[0]) if row else self._live_generation()
-        changed, self.gen = live != self.gen, live
-        self._totals = keyword.Totals(live, *(int(x or 0) for x in row[1:-4])) if row else None
-        return changed
-
     @borrows
     def claim_workspace(self) -> dict[str, Any] | None:
         """Make this store's workspace the one the agent's index belongs to, whatever workspace had it
         (``mdmemory index --take-over``, which then rebuilds the index from it); the claim it replaced."""
         with self.writer(wait=60.0, claiming=False):
-            return self.claims.take(self.conn)
+            return self.claims.take(self.view.conn)
 
     # -- what the indexer asks of a store (mdmemory.store.api.IndexStore) -------------------------
     def writing(self, wait: float) -> contextlib.AbstractContextManager[None]:
@@ -172,133 +159,14 @@ class PgStore(PgIndexing, PgSearching):
 
     @contextlib.contextmanager
     def embedding_turn(self) -> Iterator[bool]:
-        key = _lock_key(self.agent_id, "embed")
+        key = lock_key(self.view.agent_id, "embed")
         with self.session():  # phase 2 writes on the connection that holds the lock
-            got = try_lock(self.url, key)
+            got = try_lock(self.view.url, key)
             try:
                 yield got
             finally:
                 if got:
-                    unlock(self.url, key)
-
-    @borrows
-    def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
-        """Drop the generations retired more than ``keep_seconds`` ago (an abandoned ``building`` one is
-        dropped by the next ``begin_rebuild``), and index the vectors a killed writer left without one."""
-        s = self.schema
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'retired' AND retired_at < %s",
-                (self.agent_id, time.time() - keep_seconds),
-            )
-            for (old,) in cur.fetchall():
-                self._drop_generation(cur, int(old))
-        self.settle()
-
-    @borrows
-    def settle(self) -> None:
-        """Build the HNSW index of the generation's vectors if it has none and holds ``HNSW_MIN_VECTORS``
-        (see ``vectors.add_vectors``: a first index or a rebuild is loaded without one, then indexed at
-        once, ~4x cheaper than vector by vector). One process builds it (an advisory lock per agent); the
-        others go on without waiting."""
-        dims = self.vec_dims()
-        if dims is None or (self.gen, dims) in self._indexed:
-            return
-        with self.conn.cursor() as cur:
-            small = (
-                vector_sql.generation_vectors(cur, self.schema, self.agent_id, self.gen) < vector_sql.HNSW_MIN_VECTORS
-            )
-        if small:
-            return
-        key = _lock_key(f"{self.agent_id}\0{self.gen}", "index")
-        if not try_lock(self.url, key):
-            return
-        try:
-            if vector_sql.build_index(self.conn, self.schema, self.agent_id, self.gen, dims, self.hnsw):
-                self.analyze()  # a bulk load: the planner's statistics and the visibility map after it
-            self._indexed.add((self.gen, dims))
-        finally:
-            unlock(self.url, key)
-
-    def begin_rebuild(self) -> PgStore:
-        """A new ``building`` generation, written through a store of its own; the embedding cache is the
-        agent's, not a generation's, so the rebuild finds every vector embedded before."""
-        gen = self.begin_generation()
-        return PgStore(
-            self.url, self.agent_id, self.schema, generation=gen, max_connections=self.max_connections, hnsw=self.hnsw
-        )
-
-    def finish_rebuild(self, built: IndexStore) -> None:
-        assert isinstance(built, PgStore)
-        built.settle()
-        built.close()
-        self.switch_live(built.gen)
-        self.analyze()
-
-    @borrows
-    def abandon_rebuild(self, built: IndexStore) -> None:
-        """Drop the generation being built; if the server cannot be asked now (the failure that ended the
-        rebuild may be a lost connection), the next ``begin_rebuild`` drops it: no reader ever sees it."""
-        import psycopg
-
-        assert isinstance(built, PgStore)
-        built.close()
-        with contextlib.suppress(psycopg.Error):
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                self._drop_generation(cur, built.gen)
-
-    @borrows
-    def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
-        """A new, empty ``building`` generation for a rebuild (an abandoned one is dropped first)."""
-        s = self.schema
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'building'", (self.agent_id,))
-            for (old,) in cur.fetchall():
-                self._drop_generation(cur, int(old))
-            cur.execute(f"SELECT coalesce(max(gen), 0) + 1 FROM {s}.generations WHERE agent_id = %s", (self.agent_id,))
-            gen = int(cur.fetchone()[0])
-            cur.execute(
-                f"INSERT INTO {s}.generations (agent_id, gen, state, identity) VALUES (%s, %s, 'building', %s)",
-                (self.agent_id, gen, json.dumps(identity) if identity is not None else None),
-            )
-        return gen
-
-    @borrows
-    def switch_live(self, gen: int) -> None:
-        """Make ``gen`` live and retire the old live generation, in one transaction (see ``tidy``)."""
-        s = self.schema
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute(
-                f"SELECT gen FROM {s}.generations WHERE agent_id = %s AND state = 'live' FOR UPDATE", (self.agent_id,)
-            )
-            cur.execute(
-                f"UPDATE {s}.generations SET state = 'live' WHERE agent_id = %s AND gen = %s AND state = 'building'",
-                (self.agent_id, gen),
-            )
-            if cur.rowcount != 1:
-                raise StoreError(f"generation {gen} of agent {self.agent_id!r} is not being built", kind="error")
-            cur.execute(
-                f"UPDATE {s}.generations SET state = 'retired', retired_at = %s WHERE agent_id = %s AND state = 'live' "
-                "AND gen <> %s",
-                (time.time(), self.agent_id, gen),
-            )
-        self.gen = gen
-
-    @borrows
-    def analyze(self) -> None:
-        """Refresh the planner's statistics after a bulk load (a copy, a rebuild): without them PostgreSQL
-        plans the keyword queries as if every table were empty (LoCoMo: 390 ms a search instead of 54)."""
-        for table in ("chunks", "postings", "grams", "vectors", "token_totals"):
-            # postings vacuumed too: BM25 reads them index-only once their pages are marked all-visible
-            self.conn.execute(f"{'VACUUM (ANALYZE)' if table == 'postings' else 'ANALYZE'} {self.schema}.{table}")
-
-    def _drop_generation(self, cur: Any, gen: int) -> None:
-        s, a = self.schema, self.agent_id
-        cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
-        dims = [int(r[0]) for r in cur.fetchall()]
-        for table in ("vectors", "postings", "grams", "chunks", "files", "meta", "token_totals", "generations"):
-            cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
-        vector_sql.drop_indexes(cur, s, a, gen, dims)
+                    unlock(self.view.url, key)
 
     # -- the writer lock --------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -307,45 +175,47 @@ class PgStore(PgIndexing, PgSearching):
         for the block: everything the block does on this thread goes through it, and it goes back to the
         pool when the block ends. With a workspace, the index is claimed for it or refused (``claims.hold``)
         first, unless ``claiming`` is False (a take-over)."""
-        key = _lock_key(self.agent_id)
+        key = lock_key(self.view.agent_id)
         deadline = time.monotonic() + wait
         with self.session():
-            while not try_lock(self.url, key):
+            while not try_lock(self.view.url, key):
                 if time.monotonic() >= deadline:
-                    raise LockError(f"another process is writing the index of agent {self.agent_id!r}; wait for it")
+                    raise LockError(
+                        f"another process is writing the index of agent {self.view.agent_id!r}; wait for it"
+                    )
                 time.sleep(LOCK_POLL_SECONDS)
             try:
                 if claiming:
-                    self.claims.hold(self.conn)
+                    self.claims.hold(self.view.conn)
                 yield
             finally:
-                unlock(self.url, key)
+                unlock(self.view.url, key)
 
     # -- meta and files ---------------------------------------------------------------------------
     @borrows
     def get_meta(self, key: str, default: Any = None, gen: int | None = None) -> Any:
-        row = self.conn.execute(
-            f"SELECT value FROM {self.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
-            (self.agent_id, self.gen if gen is None else gen, key),
+        row = self.view.conn.execute(
+            f"SELECT value FROM {self.view.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
+            (self.view.agent_id, self.view.gen if gen is None else gen, key),
         ).fetchone()
         return row[0] if row else default
 
     @borrows
     def set_meta(self, key: str, value: Any, gen: int | None = None) -> None:
-        with self.conn.transaction():
-            self.conn.execute(
-                f"INSERT INTO {self.schema}.meta (agent_id, gen, key, value) VALUES (%s, %s, %s, %s) "
+        with self.view.conn.transaction():
+            self.view.conn.execute(
+                f"INSERT INTO {self.view.schema}.meta (agent_id, gen, key, value) VALUES (%s, %s, %s, %s) "
                 "ON CONFLICT (agent_id, gen, key) DO UPDATE SET value = EXCLUDED.value",
-                (self.agent_id, self.gen if gen is None else gen, key, json.dumps(value)),
+                (self.view.agent_id, self.view.gen if gen is None else gen, key, json.dumps(value)),
             )
 
     @borrows
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
-        rows = self.conn.execute(
+        rows = self.view.conn.execute(
             f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
-            f"{self.schema}.chunks c WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path), "
-            f"f.indexed_at FROM {self.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
-            (self.agent_id, self.gen if gen is None else gen),
+            f"{self.view.schema}.chunks c WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path), "
+            f"f.indexed_at FROM {self.view.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
+            (self.view.agent_id, self.view.gen if gen is None else gen),
         ).fetchall()
         return {
             r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
@@ -363,8 +233,8 @@ class PgStore(PgIndexing, PgSearching):
         ``replace_file``; None for a chunk marks it pending) in one transaction. Returns the chunk ids."""
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
-        s, a, g = self.schema, self.agent_id, self.gen if gen is None else gen
-        with self.conn.transaction(), self.conn.cursor() as cur:
+        s, a, g = self.view.schema, self.view.agent_id, self.view.gen if gen is None else gen
+        with self.view.conn.transaction(), self.view.conn.cursor() as cur:
             self._delete_rows(cur, file.path, g)
             pending = [vectors is not None and vectors[i] is None for i in range(len(chunks))]
             ids = rows.insert_chunks(cur, s, a, g, file, chunks, pending)
@@ -383,26 +253,146 @@ class PgStore(PgIndexing, PgSearching):
                 "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
                 (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
             )
-        self._totals = None
+        self.view.remembered = None
         return ids
 
     @borrows
     def delete_file(self, path: str, gen: int | None = None) -> None:
         """Remove a file and every row derived from it, in one transaction."""
-        g = self.gen if gen is None else gen
-        with self.conn.transaction(), self.conn.cursor() as cur:
+        g = self.view.gen if gen is None else gen
+        with self.view.conn.transaction(), self.view.conn.cursor() as cur:
             self._delete_rows(cur, path, g)
             cur.execute(
-                f"DELETE FROM {self.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
-                (self.agent_id, g, path),
+                f"DELETE FROM {self.view.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
+                (self.view.agent_id, g, path),
             )
-        self._totals = None
+        self.view.remembered = None
 
     def _delete_rows(self, cur: Any, path: str, gen: int) -> None:
         cur.execute(
-            f"SELECT id FROM {self.schema}.chunks WHERE agent_id = %s AND gen = %s AND path = %s",
-            (self.agent_id, gen, path),
+            f"SELECT id FROM {self.view.schema}.chunks WHERE agent_id = %s AND gen = %s AND path = %s",
+            (self.view.agent_id, gen, path),
         )
-        keyword.remove_chunks(cur, self.schema, self.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
+        keyword.remove_chunks(cur, self.view.schema, self.view.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
 
-    # -- reading ----------------------------------------------------------------------------------
+    # -- generations (mdmemory.store.pg.generations) ----------------------------------------------
+    def begin_rebuild(self) -> PgStore:
+        """A new ``building`` generation, written through a store of its own; the embedding cache is the
+        agent's, not a generation's, so the rebuild finds every vector embedded before."""
+        v = self.view
+        gen = self.generations.begin_generation()
+        return PgStore(v.url, v.agent_id, v.schema, generation=gen, max_connections=v.max_connections, hnsw=v.hnsw)
+
+    def finish_rebuild(self, built: IndexStore) -> None:
+        assert isinstance(built, PgStore)
+        built.close()
+        self.generations.finish_rebuild(built.generations)
+
+    def abandon_rebuild(self, built: IndexStore) -> None:
+        """Drop the generation being built (see ``PgGenerations.abandon_rebuild``)."""
+        assert isinstance(built, PgStore)
+        built.close()
+        self.generations.abandon_rebuild(built.generations)
+
+    # -- the parts' calls -------------------------------------------------------------------------
+    def delete_meta(self, key: str) -> None:
+        return self.indexing.delete_meta(key)
+
+    def touch_file(self, path: str, mtime: float, size: int) -> None:
+        return self.indexing.touch_file(path, mtime, size)
+
+    def chunk_count(self) -> int:
+        return self.indexing.chunk_count()
+
+    def pending_count(self) -> int:
+        return self.indexing.pending_count()
+
+    def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
+        return self.indexing.chunks_by_ids(ids)
+
+    def chunks_of(self, path: str) -> list[ChunkRow]:
+        return self.indexing.chunks_of(path)
+
+    def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
+        return self.indexing.paths_with_text(needles, source)
+
+    def counts(self) -> dict[str, int]:
+        return self.indexing.counts()
+
+    def vec_dims(self) -> int | None:
+        return self.indexing.vec_dims()
+
+    def pending_chunks(self, limit: int, after_id: int = 0) -> list[ChunkRow]:
+        return self.indexing.pending_chunks(limit, after_id)
+
+    def add_vectors(self, items: Sequence[tuple[ChunkRow, ChunkVectors]]) -> int:
+        return self.indexing.add_vectors(items)
+
+    def chunk_vectors(self, chunk_ids: Sequence[int]) -> dict[int, ChunkVectors]:
+        return self.indexing.chunk_vectors(chunk_ids)
+
+    def vectors_by_hash(self, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.indexing.vectors_by_hash(hashes)
+
+    def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        return self.indexing.chunk_similarities(chunk_ids, query)
+
+    def vector_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, dict[str, float]]:
+        return self.indexing.vector_similarities(chunk_ids, query)
+
+    def cache_get(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> dict[str, np.ndarray]:
+        return self.indexing.cache_get(provider, model, key, hashes)
+
+    def cache_put(self, provider: str, model: str, key: str, items: dict[str, np.ndarray]) -> None:
+        return self.indexing.cache_put(provider, model, key, items)
+
+    def cache_touch(self, provider: str, model: str, key: str, hashes: Sequence[str]) -> None:
+        return self.indexing.cache_touch(provider, model, key, hashes)
+
+    def cache_prune(self, max_entries: int) -> int:
+        return self.indexing.cache_prune(max_entries)
+
+    def cache_entries(self) -> Iterator[tuple[tuple[str, str, str], dict[str, np.ndarray]]]:
+        return self.indexing.cache_entries()
+
+    def keyword(self, words: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.searching.keyword(words, k)
+
+    def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
+        return self.searching.keyword_matches(words, k)
+
+    def term_frequency_at_least(self, word: str, limit: int) -> int:
+        return self.searching.term_frequency_at_least(word, limit)
+
+    def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
+        return self.searching.document_frequencies(terms)
+
+    def trigram(self, grams: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.searching.trigram(grams, k)
+
+    def substring(self, needles: Sequence[str], k: int) -> list[tuple[int, float]]:
+        return self.searching.substring(needles, k)
+
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
+        return self.searching.start_knn(query, k)
+
+    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        return self.searching.knn(query, k)
+
+    def refresh(self) -> bool:
+        return self.generations.refresh()
+
+    def tidy(self, keep_seconds: float = RETIRED_KEEP_SECONDS) -> None:
+        return self.generations.tidy(keep_seconds)
+
+    def settle(self) -> None:
+        return self.generations.settle()
+
+    def begin_generation(self, identity: dict[str, Any] | None = None) -> int:
+        return self.generations.begin_generation(identity)
+
+    def switch_live(self, gen: int) -> None:
+        return self.generations.switch_live(gen)
+
+    def analyze(self) -> None:
+        return self.generations.analyze()
