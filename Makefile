@@ -1,7 +1,7 @@
 # Two set-up commands (see README):
 #   make run   - virtualenv, install, index workspace-template/ into ./.state, run sample searches
 #   make test  - install the test dependencies (compiles llama-cpp-python once) and run the whole suite
-#   make lint  - ruff, mypy (CI runs it before the tests); make graph - the import graph summary
+#   make lint  - ruff, mypy, the import contracts (CI runs it before the tests); make graph - the import graph
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -51,10 +51,14 @@ bench: $(VENV)/.test
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/run_all.py
 
+# ruff, mypy, the floors (an import-linter layers contract and no cycles: pyproject.toml [tool.importlinter]),
+# and the graph's shape (no cycle, nothing but __init__/__main__/memory at the root, no module over 450 lines).
 lint: $(VENV)/.test
 	$(BIN)/ruff check mdmemory tests benchmarks scripts
 	$(BIN)/ruff format --check mdmemory tests benchmarks scripts
 	$(BIN)/mypy mdmemory scripts/import_graph.py
+	$(BIN)/lint-imports
+	$(BIN)/python scripts/import_graph.py --check
 
 # The package's import graph: floors (subpackages) with their sizes, the edges between them, cycles.
 graph:

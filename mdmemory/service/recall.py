@@ -96,3 +96,11 @@ def recall_answer(memory: Memory, body: dict[str, Any]) -> tuple[dict[str, Any],
         return {"memories": []}, "empty"
     pack = memory.pack(query, budget_tokens=RECALL_BUDGET_TOKENS, max_items=MAX_RECALL_BLOCKS)
     return {"memories": memories_of(pack)}, str(pack.get("mode") or "keyword")
+
+
+WARM_QUERY = "what do we know about this project and its people?"
+
+
+def warm_body(agent_id: str) -> dict[str, Any]:
+    """A recall body for the one query that loads everything a first recall would."""
+    return {"agent_id": agent_id, "messages": [{"role": "user", "content": WARM_QUERY}], "metadata": {}}

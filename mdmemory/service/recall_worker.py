@@ -80,8 +80,7 @@ class WorkerAgents:
     def warm(self, ids: list[str]) -> None:
         """Open the agents the service opened at its start and answer one recall for each (errors are the
         service's to report: it opened them first)."""
-        from mdmemory.service.recall import recall
-        from mdmemory.service.startup import warm_body
+        from mdmemory.service.recall import recall, warm_body
 
         for agent_id in ids[: self.max_open]:
             try:

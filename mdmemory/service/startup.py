@@ -34,21 +34,15 @@ from mdmemory.config.load import Config
 from mdmemory.service.agents import Agents
 from mdmemory.service.contract import check_agent_id
 from mdmemory.service.edge import HttpError
-from mdmemory.service.recall import recall
+from mdmemory.service.recall import recall, warm_body
 from mdmemory.service.recallpool import RecallPool, cores
 from mdmemory.util.errors import InvalidArgumentError
 
-WARM_QUERY = "what do we know about this project and its people?"
 STOP_SECONDS = 60.0  # how long a stop waits for the agent being opened (a sync stops between files)
 
 
 class Starting(HttpError):
     """A recall before the service is ready (HTTP 503)."""
-
-
-def warm_body(agent_id: str) -> dict[str, Any]:
-    """A recall body for the one query that loads everything a first recall would."""
-    return {"agent_id": agent_id, "messages": [{"role": "user", "content": WARM_QUERY}], "metadata": {}}
 
 
 def startup_ids(config: Config, max_open: int, served: frozenset[str] | None = None) -> list[str]:
