@@ -61,6 +61,7 @@ OLD_PATHS: dict[str, str] = {
     "mdmemory.service.blocks": "mdmemory.files.sessionblocks",
     "mdmemory.service.canonical": "mdmemory.files.entry_id",
     "mdmemory.service.drain": "mdmemory.engine.drain",
+    "mdmemory.service.payloads": "mdmemory.files.payloads",
     "mdmemory.service.retained": "mdmemory.files.retained",
     "mdmemory.service.sessionlog": "mdmemory.files.sessionlog",
     "mdmemory.service.torn": "mdmemory.files.torn",
