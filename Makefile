@@ -54,6 +54,7 @@ lint: $(VENV)/.test
 	$(BIN)/ruff check mdmemory tests benchmarks
 	$(BIN)/ruff format --check mdmemory tests benchmarks
 	$(BIN)/mypy mdmemory
+	$(BIN)/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) $(STATE) .pytest_cache
+	rm -rf $(VENV) $(STATE) .pytest_cache site
