@@ -351,3 +351,16 @@ def test_relative_links_resolve(page: Path) -> None:
         elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
             broken.append(f"{target}: no heading with anchor #{anchor} in {dest.relative_to(REPO)}")
     assert not broken, f"{page.relative_to(REPO)}: {broken}"
+
+
+def test_the_docs_site_builds_strict(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` (also in ``make lint``): every page in the nav, every link and anchor found."""
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "performance" / "index.html").exists()
