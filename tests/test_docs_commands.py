@@ -32,7 +32,7 @@ from tests.conftest import MINILM, REPO
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL = {"sh", "bash", "shell", "console"}
 MARK = re.compile(r"^<!--\s*(runnable|not runnable|output)\s*(?::\s*(.*?))?\s*-->$")
-FENCE = re.compile(r"^(`{3,})\s*([\w+-]*)\s*$")
+FENCE = re.compile(r"^( *)(`{3,})\s*([\w+-]*)\s*$")  # indented too (a fence in a list item)
 BLOCK_TIMEOUT = 180
 
 
@@ -69,7 +69,7 @@ def blocks(page: Path) -> list[Block]:
         if not m:
             i += 1
             continue
-        ticks, lang = m.group(1), m.group(2).lower()
+        indent, ticks, lang = len(m.group(1)), m.group(2), m.group(3).lower()
         end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == ticks), None)
         assert end is not None, f"{page.relative_to(REPO)}:{i + 1}: unclosed fence"
         prev = next((lines[j].strip() for j in range(i - 1, -1, -1) if lines[j].strip()), "")
@@ -78,7 +78,7 @@ def blocks(page: Path) -> list[Block]:
             page,
             i + 1,
             lang,
-            "\n".join(lines[i + 1 : end]) + "\n",
+            "\n".join(line[indent:] for line in lines[i + 1 : end]) + "\n",
             mark and mark.group(1),
             (mark and mark.group(2)) or "",
         )
@@ -310,7 +310,7 @@ LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)
 
 def prose(page: Path) -> str:
     """The page without fenced blocks and inline code (links there are examples, not links)."""
-    text = re.sub(r"^(`{3,})[^\n]*\n.*?^\1\s*$", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    text = re.sub(r"^( *)(`{3,})[^\n]*\n.*?^ *\2\s*$", "", page.read_text(encoding="utf-8"), flags=re.M | re.S)
     return re.sub(r"`[^`\n]*`", "", text)
 
 
