@@ -59,10 +59,11 @@ lint: $(VENV)/.test
 	$(BIN)/mypy mdmemory scripts/import_graph.py
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/import_graph.py --check
+	$(BIN)/mkdocs build --strict
 
 # The package's import graph: floors (subpackages) with their sizes, the edges between them, cycles.
 graph:
 	$(PYTHON) scripts/import_graph.py
 
 clean:
-	rm -rf $(VENV) $(STATE) .pytest_cache
+	rm -rf $(VENV) $(STATE) .pytest_cache site

@@ -19,6 +19,7 @@ from mdmemory.config.load import (
     MemorySearchConfig,
     QueryConfig,
     RemoteConfig,
+    ServiceConfig,
     camel,
     load_config,
 )
@@ -575,17 +576,22 @@ def test_example_file_values_are_the_defaults(env: dict[str, str]) -> None:
     assert [a.id for a in cfg.agents] == ["main"]
     assert cfg.agent().memory_search == MemorySearchConfig()
     assert cfg.agent().workspace == Path(env["HOME"]) / "clawd"
+    assert cfg.service == ServiceConfig()  # the service section too (its maxBodyBytes once said 2 MiB)
 
 
 def test_example_file_documents_every_field() -> None:
     text = EXAMPLE.read_text(encoding="utf-8")
-    section = json5.loads(text)["agents"]["defaults"]["memorySearch"]
+    example = json5.loads(text)
     missing = []
-    for path in leaf_paths(MemorySearchConfig):
-        node: Any = section
-        for key in path.split("."):
-            node = node.get(key, KeyError) if isinstance(node, dict) else KeyError
-        missing += [path] if node is KeyError else []
+    for cls, section in (
+        (MemorySearchConfig, example["agents"]["defaults"]["memorySearch"]),
+        (ServiceConfig, example["service"]),
+    ):
+        for path in leaf_paths(cls):
+            node: Any = section
+            for key in path.split("."):
+                node = node.get(key, KeyError) if isinstance(node, dict) else KeyError
+            missing += [path] if node is KeyError else []
     assert missing == []
     for key in ("workspace", "list", "id", "default", "memorySearch"):
         assert re.search(rf"^\s*(//\s*)*{key}:", text, re.M), key

@@ -32,11 +32,11 @@ def test_nothing_takes_over_and_the_primary_error_is_reported(workspace: Path, t
 
 def test_docs_list_only_real_providers_as_fallbacks() -> None:
     takers = {name for name in get_args(FallbackName) if name != "none"}
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"\*\*Fallback\.\*\* `fallback: ([^`]*)` names a provider that takes over", readme)
-    assert m is not None, "the README's Fallback paragraph names the providers that take over"
+    page = " ".join((REPO / "docs" / "providers.md").read_text(encoding="utf-8").split())
+    m = re.search(r"\*\*Fallback\.\*\* `fallback: ([^`]*)` names a provider that takes over", page)
+    assert m is not None, "the Fallback paragraph of docs/providers.md names the providers that take over"
     assert set(re.findall(r'"(\w+)"', m.group(1))) == takers
-    assert '`fallback: "none"` (the default)\nmeans no fallback' in readme
+    assert '`fallback: "none"` (the default) means no fallback' in page
     example = (REPO / "config.example.json5").read_text(encoding="utf-8")
     comment = example[example.index("// Provider that takes over") : example.index('fallback: "none",')]
     assert '"none" means no fallback' in comment

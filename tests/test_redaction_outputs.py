@@ -1,5 +1,5 @@
 """A secret written by hand into the memory files never comes out of memory_search snippets, Memory.pack
-(items, headings, bundleText) or the tool dispatcher; memory_get returns the file as it is (README, "Redaction").
+(items, headings, bundleText) or the tool dispatcher; memory_get returns the file as it is (docs/redaction.md).
 Real index (SQLite, FTS5, sqlite-vec), hash provider and keyword-only."""
 
 from __future__ import annotations
