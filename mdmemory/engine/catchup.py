@@ -249,7 +249,7 @@ class CatchUp:
         """Whether the last sync failed to embed less than ``RECENT_FAILURE_SECONDS`` ago (any process)."""
         error = read_health(self.agent.store_path).get("lastError") or self.keeper.last_error or {}
         recent = time.time() - float(error.get("at", 0)) < RECENT_FAILURE_SECONDS
-        return recent and "pending" in error  # recorded by Memory._sync for EmbeddingsPending
+        return recent and "pending" in error  # recorded by IndexKeeper.sync for EmbeddingsPending
 
     def _busy(self) -> str:
         info = worker.running(self.agent.store_path)

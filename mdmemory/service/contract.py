@@ -70,7 +70,7 @@ def check_object(body: Any, name: str = "body") -> dict[str, Any]:
 
 # Fields the proxy always sends with these types (cllama memory.go ``memoryMetadata``, sessionhistory ``Entry``):
 # another type is a client's mistake, answered 400 naming the field. Provider payloads inside the entry
-# (request bodies, responses) vary by provider and stay tolerant (mdmemory.service.payloads).
+# (request bodies, responses) vary by provider and stay tolerant (mdmemory.files.payloads).
 _METADATA_STRINGS = ("service", "type", "path", "requested_model", "timezone")
 _ENTRY_STRINGS = ("ts", "claw_id", "path", "requested_model", "effective_provider", "effective_model", "status")
 _ENTRY_OBJECTS = {
