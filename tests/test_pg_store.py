@@ -171,11 +171,11 @@ def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str
 
 def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, schema: str) -> None:
     from mdmemory.store.pg.connection import try_lock
-    from mdmemory.store.pg.store import _lock_key
+    from mdmemory.store.pg.view import lock_key
 
     first = PgStore(pg_url, "a1", schema)
     with pytest.raises(RuntimeError), first.session():  # a block that fails between taking and releasing it
-        assert try_lock(pg_url, _lock_key("a1"))
+        assert try_lock(pg_url, lock_key("a1"))
         raise RuntimeError("killed mid-write")
     others = [PgStore(pg_url, "a1", schema) for _ in range(3)]  # one of them may get that connection again
     try:
