@@ -28,10 +28,10 @@ def search_outcome(
     from mdmemory.index.identity import identity_change
     from mdmemory.search.hybrid import search as run_search
 
-    agent, settings, store = keeper.agent, keeper.settings, keeper.store
+    agent, settings = keeper.agent, keeper.settings  # the store is asked for each time: a failed sync closes it
     q = settings.query
     notes: list[str] = []
-    store.refresh()
+    keeper.store.refresh()
     until = keeper.embedding_deadline()
     stale = False
     if settings.sync.on_search:
@@ -40,15 +40,16 @@ def search_outcome(
         notes.extend(more)
     missing = keeper.workspace.missing_roots() if agent.files_here else []
     if missing:
-        notes.extend(roots.warnings(missing, store.files()))
+        notes.extend(roots.warnings(missing, keeper.store.files()))
     choice = keeper.providers.choice
     provider = choice.provider
     vector = None
     if provider is not None and keeper.indexer.identity_matches():
         vector = _embed_query(provider, query, until, notes)
     elif provider is not None and not settings.sync.on_search:  # with onSearch, the catch-up said it
-        stored = store.get_meta("identity") or {}
+        stored = keeper.store.get_meta("identity") or {}
         notes.append(f"{identity_change(stored, keeper.indexer.identity())}: run `mdmemory index` to rebuild")
+    store = keeper.store
     with store.reading():  # one connection and one snapshot for the search's queries on PostgreSQL
         outcome = run_search(
             store,
