@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 Result = tuple[dict[str, Any], Callable[[dict[str, Any]], str]]
 
+# `flush check` without --context-window: the window of the Claude models Clawdbot runs by default. A runtime
+# knows its model's; the output says which one was used and where it came from.
+DEFAULT_CONTEXT_WINDOW = 200_000
+
 
 def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
     """Add the agent-integration subcommands to ``sub`` (the ``mdmemory`` subparsers); ``common`` is the
@@ -54,7 +58,13 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
         metavar="N",
         help="the session's current context size estimate, in tokens",
     )
-    p.add_argument("--context-window", type=int, required=True, metavar="N", help="the model's context window")
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"the model's context window in tokens (default: {DEFAULT_CONTEXT_WINDOW}, Claude's)",
+    )
     p.add_argument("--read-only", action="store_true", help="the workspace is read-only here: skip the flush")
     p.add_argument("--today", metavar="YYYY-MM-DD", help="date for the prompts (default: today)")
     p.set_defaults(func=cmd_flush_check)
@@ -133,15 +143,28 @@ def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
 
 def cmd_flush_check(args: argparse.Namespace, mem: Memory) -> Result:
     writable = False if args.read_only else None
+    given = args.context_window is not None
+    window = args.context_window if given else DEFAULT_CONTEXT_WINDOW
     decision = agent.check_flush(
-        mem.agent, args.session_key, args.total_tokens, args.context_window, writable=writable, today=args.today
+        mem.agent, args.session_key, args.total_tokens, window, writable=writable, today=args.today
     )
-    result = {"sessionKey": args.session_key, "totalTokens": args.total_tokens, **decision.to_dict()}
+    result = {
+        "sessionKey": args.session_key,
+        "totalTokens": args.total_tokens,
+        "contextWindow": window,
+        "contextWindowSource": "--context-window" if given else "default",
+        **decision.to_dict(),
+    }
     return result, _format_check
 
 
 def _format_check(r: dict[str, Any]) -> str:
-    lines = [f"{'due' if r['due'] else 'not due'}: {r['reason']}"]
+    window = f"context window {r['contextWindow']} tokens"
+    if r["contextWindowSource"] == "default":
+        window += " (the default, Claude's: pass --context-window N for your model's)"
+    else:
+        window += " (--context-window)"
+    lines = [f"{'due' if r['due'] else 'not due'}: {r['reason']}", window]
     if r["due"]:
         lines += ["", f"system: {r['systemPrompt']}", f"prompt: {r['prompt']}"]
     return "\n".join(lines)
