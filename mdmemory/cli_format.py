@@ -54,6 +54,13 @@ def format_search(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def format_pull(r: dict[str, Any]) -> str:
+    if not r["alreadyPresent"]:
+        return f"{r['uri']} -> {r['path']} ({human_size(r['bytes'])})"
+    where = "" if r["path"] == r["uri"] else f" at {r['path']}"
+    return f"{r['uri']}: the model is already there{where} ({human_size(r['bytes'])}); nothing to download"
+
+
 def format_status(s: dict[str, Any]) -> str:
     files = "unknown (the index cannot be read)" if s["files"] is None else None
     lines = [
