@@ -42,7 +42,7 @@ class Parser(argparse.ArgumentParser):
         if action.choices is not None and value not in action.choices:
             raise argparse.ArgumentError(action, suggest.invalid_choice(value, action.choices))
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
         """An argument this parser does not know is its error (its usage, its help, the closest option), not
         left for the top level, which would point to `mdmemory --help`. Nothing is left over, ever."""
         parsed, extras = super().parse_known_args(args, namespace)
