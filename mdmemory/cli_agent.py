@@ -111,7 +111,7 @@ def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
 
 def _format_pack(r: dict[str, Any]) -> str:
     model = f" ({r['model']})" if r.get("model") else ""
-    out = [r["bundleText"] or "(nothing in memory matched)", ""]
+    out = [r["bundleText"] or _empty_pack(r), ""]
     out.append(
         f"-- {r['usedTokens']}/{r['budgetTokens']} tokens · {len(r['items'])} item(s) · {r['mode']} · "
         f"provider {r['provider']}{model}"
@@ -127,6 +127,17 @@ def _format_pack(r: dict[str, Any]) -> str:
         )
     out += [f"note: {note}" for note in r.get("warnings", [])]
     return "\n".join(out)
+
+
+def _empty_pack(r: dict[str, Any]) -> str:
+    """Why a pack holds nothing: no match, or matches that do not fit the budget (and the one that would)."""
+    best = r.get("bestLeftOut")
+    if best:
+        return (
+            f"(nothing fits in {r['budgetTokens']} tokens: {r.get('matched')} candidate(s) matched; "
+            f"--budget-tokens {best['budgetTokens']} holds the best, {best['ref']})"
+        )
+    return "(nothing in memory matched)"
 
 
 def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:

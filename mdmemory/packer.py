@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from mdmemory.agent.schemas import PACK_INPUT, PACK_KINDS, validate_arguments
 from mdmemory.errors import InvalidArgumentError, WorkspaceError
 from mdmemory.fileread import read_text, split_lines
-from mdmemory.pack import LinesOf, Window, build_pack
+from mdmemory.pack import LinesOf, Window, build_pack, min_budget
 from mdmemory.packitems import kind_of
 from mdmemory.providers.base import EmbeddingProvider
 from mdmemory.search import Hit
@@ -97,12 +97,19 @@ def run_pack(
     query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
     settings = memory.settings
     q = settings.query
+    provider = memory.choice.provider
+    count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
+    smallest = min_budget(count)
+    if budget_tokens < smallest:
+        raise InvalidArgumentError(
+            f"a budget of {budget_tokens} tokens cannot hold any memory: the pack's header alone takes "
+            f"{smallest - 1} tokens (counted by provider {memory.choice.name}'s tokenizer). Fix: ask for at least "
+            f"{smallest} tokens; one cited line needs a few more"
+        )
     outcome, vector, notes = memory._search(query, candidate_count(q.max_results, budget_tokens), 0.0)
     hits = outcome.hits
     if sources is not None:
         hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
-    provider = memory.choice.provider
-    count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
     windows: dict[int, list[Window]] = {}
     if vector is not None and settings.chunking.window_tokens:
         windows = window_similarities(memory.store, hits, vector, settings.chunking.window_tokens, count)
@@ -126,6 +133,14 @@ def run_pack(
         warning = (
             f"no candidate reached minScore {q.min_score:g}; the items with lowConfidence: true are the closest "
             "and may be unrelated: read them before relying on them"
+        )
+        notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
+    if pack.best_left_out is not None:
+        best = pack.best_left_out
+        said = "none of them fits" if not pack.items else "the best one did not fit"
+        warning = (
+            f"{pack.matched} candidate(s) matched; {said} in {budget_tokens} tokens: the best, {best.ref}, needs a "
+            f"budget of {best.budget_tokens} tokens"
         )
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
     body = pack.to_dict(trace)

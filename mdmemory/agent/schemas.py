@@ -115,7 +115,8 @@ PACK_INPUT: dict[str, Any] = {
             "type": "integer",
             "minimum": 1,
             "maximum": 100000,
-            "description": "Most tokens the bundle may take (default 1000).",
+            "description": "Most tokens the bundle may take (default 1000). A budget below the cost of the "
+            "bundle's header (about 26 tokens) is refused with the minimum.",
         },
     },
     "required": ["query"],
@@ -194,6 +195,11 @@ PACK_OUTPUT: dict[str, Any] = {
             },
         },
         "bundleText": {"type": "string"},
+        "matched": {"type": "integer"},
+        "bestLeftOut": {
+            "type": "object",
+            "properties": {"ref": {"type": "string"}, "budgetTokens": {"type": "integer"}},
+        },
         "provider": {"type": "string"},
         "model": {"type": ["string", "null"]},
         "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},
