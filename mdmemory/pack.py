@@ -19,13 +19,19 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
   touches an included item of the same file is merged into it (``merged_into``) or, when inside it
   already, dropped (``duplicate_of``); one whose words are nearly those of an included item (the same
   note in another file) is dropped (``duplicate_of``); then ``max_items`` and the budget
-  (``over_budget``; a smaller candidate further down may still fit). After the first ``WIDEN_TOP`` (2)
-  candidates, the items they made grow to their whole chunks while that fits, before deeper candidates
-  are considered: the top of the ranking is where evidence most often is, and a trimmed item can miss it.
+  (``over_budget``; a smaller candidate further down may still fit). A candidate over the budget is tried
+  again narrower: its focus without context lines, then its best line alone (with its heading). After the
+  first ``WIDEN_TOP`` (2) candidates, the items they made grow to their whole chunks while that fits, before
+  deeper candidates are considered: the top of the ranking is where evidence most often is, and a trimmed
+  item can miss it.
 - **Budget.** Costs are counted with ``count`` (the provider's tokenizer, or the estimate); the whole
   bundle is counted again at the end and the last additions are undone until it fits, so
   ``usedTokens <= budgetTokens`` always holds.
 - **Receipts.** One per candidate, in ranking order: ref, scores, decision and reason; never any text.
+- **An empty pack says why**: ``matched`` counts the candidates that passed the threshold and are still in
+  their files (0: nothing matched); when the best of them is left out for the budget, ``best_left_out`` has
+  its narrowest ref and the smallest budget that packs it. A budget below ``min_budget`` (the header's cost
+  plus one) cannot hold anything; ``mdmemory.packer`` refuses it.
 """
 
 from __future__ import annotations
