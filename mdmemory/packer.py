@@ -101,9 +101,10 @@ def run_pack(
     count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
     smallest = min_budget(count)
     if budget_tokens < smallest:
+        by = f"the {memory.choice.name} provider's tokenizer" if provider is not None else "the token estimate"
         raise InvalidArgumentError(
             f"a budget of {budget_tokens} tokens cannot hold any memory: the pack's header alone takes "
-            f"{smallest - 1} tokens (counted by provider {memory.choice.name}'s tokenizer). Fix: ask for at least "
+            f"{smallest - 1} tokens ({by}). Fix: ask for at least "
             f"{smallest} tokens; one cited line needs a few more"
         )
     outcome, vector, notes = memory._search(query, candidate_count(q.max_results, budget_tokens), 0.0)
