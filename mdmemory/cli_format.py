@@ -106,6 +106,11 @@ def _index_line(s: dict[str, Any]) -> list[str]:
     return ["built by " + s["indexProvider"] + (f" ({s['indexModel']})" if s.get("indexModel") else "")]
 
 
+def _store_line(s: dict[str, Any]) -> list[str]:
+    backend = s.get("backend", "sqlite")
+    return [f"{s['store']} (sqlite)" if backend == "sqlite" else f"{backend}: {s['store']}"]
+
+
 def _workspace_line(s: dict[str, Any]) -> list[str]:
     away = " (the files are on another host)" if s.get("filesHere") is False else ""
     return [f"{s['workspace']}{away}"]
@@ -181,7 +186,7 @@ _STATUS_LINES: list[tuple[tuple[str, ...], str, Callable[[dict[str, Any]], list[
     (("enabled",), "enabled", lambda s: ["yes" if s["enabled"] else "no (memorySearch.enabled is false)"]),
     (("workspace", "filesHere"), "workspace", _workspace_line),
     (("sources",), "sources", lambda s: [", ".join(s["sources"]) or "none"]),
-    (("store", "backend"), "store", lambda s: [f"{s['store']} ({s.get('backend', 'sqlite')})"]),
+    (("store", "backend"), "store", _store_line),
     (("storeState",), "store state", _optional("storeState", _store_state_lines)),
     (("provider", "requestedProvider", "model", "dims", "mode"), "provider", _provider_line),
     (("files", "chunks", "vectors", "cacheEntries"), "indexed", _indexed_line),
