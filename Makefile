@@ -2,6 +2,7 @@
 #   make run   - virtualenv, install, index workspace-template/ into ./.state, run sample searches
 #   make test  - install the test dependencies (compiles llama-cpp-python once) and run the whole suite
 #   make lint  - ruff, mypy, the import contracts (CI runs it before the tests); make graph - the import graph
+# and, for the release: make dist-check - the built wheel installed in a fresh virtualenv, every extra smoked
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -16,7 +17,7 @@ LLAMA_VERSION ?= 0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF
 WHEELHOUSE ?= $(HOME)/.cache/mdmemory/wheels/$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha1sum | cut -c1-12)
 
-.PHONY: run test venv bench lint graph clean
+.PHONY: run test venv bench lint graph clean dist-check llama-wheel
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,12 +27,15 @@ $(VENV)/.base: $(BIN)/python pyproject.toml
 	$(BIN)/pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test: $(BIN)/python pyproject.toml
+# The llama-cpp-python wheel in the wheelhouse, compiled once when it is not there yet.
+llama-wheel: $(BIN)/python
 	@mkdir -p $(WHEELHOUSE)
 	@ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
 	  echo "compiling llama-cpp-python $(LLAMA_VERSION) once, every CPU variant (about 20 minutes on 2 cores)"; \
 	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
 	    "llama-cpp-python==$(LLAMA_VERSION)"; }
+
+$(VENV)/.test: $(BIN)/python pyproject.toml | llama-wheel
 	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) -e ".[test,local]" "llama-cpp-python==$(LLAMA_VERSION)"
 	touch $@ $(VENV)/.base
@@ -47,6 +51,12 @@ run: $(VENV)/.base
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q
 
+# Build the sdist and wheel, check them, install the wheel into a fresh virtualenv and run make run's job and a
+# smoke of every extra with it (scripts/dist_check.py; about 1.5 minutes, llama-cpp-python from the wheelhouse).
+dist-check: $(VENV)/.base | llama-wheel
+	$(BIN)/pip install --quiet "build>=1.2" "twine>=5"
+	$(BIN)/python scripts/dist_check.py --wheelhouse $(WHEELHOUSE)
+
 bench: $(VENV)/.test
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python benchmarks/run_all.py
@@ -56,7 +66,7 @@ bench: $(VENV)/.test
 lint: $(VENV)/.test
 	$(BIN)/ruff check mdmemory tests benchmarks scripts
 	$(BIN)/ruff format --check mdmemory tests benchmarks scripts
-	$(BIN)/mypy mdmemory scripts/import_graph.py
+	$(BIN)/mypy mdmemory scripts/import_graph.py scripts/dist_check.py
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/import_graph.py --check
 	$(BIN)/mkdocs build --strict

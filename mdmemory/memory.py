@@ -186,7 +186,9 @@ class Memory:
         ``{query, budgetTokens, usedTokens, items: [{ref, path, startLine, endLine, text, score, source, kind,
         date?}], bundleText, provider, model, mode}``, plus ``trace`` (one receipt per candidate, no text)
         when asked. ``sources`` keeps only these kinds (``curated``, ``daily``, ``extra``, ``session``).
-        See mdmemory.pack.build.
+        ``matched`` counts the candidates (0: nothing matched) and ``bestLeftOut`` names the best one when the
+        budget could not hold it, with the budget that would. A budget below the header's cost raises
+        InvalidArgumentError naming the minimum. See mdmemory.pack.build.
         """
         return self.engine.pack(query, budget_tokens, max_items, sources, trace)
 

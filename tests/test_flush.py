@@ -402,7 +402,11 @@ def test_cli_flush_commands_speak_json(tmp_path: Path, workspace: Path, capsys: 
         "check", KEY, "--total-tokens", str(THRESHOLD), "--context-window", str(WINDOW), "--today", "2026-03-09"
     )
     assert code == 0 and out["due"] is True and "memory/2026-03-09.md" in out["prompt"]
-    assert set(out) == {"sessionKey", "totalTokens", "due", "reason", "systemPrompt", "prompt", "threshold"}
+    assert set(out) == {
+        *("sessionKey", "totalTokens", "contextWindow", "contextWindowSource"),
+        *("due", "reason", "systemPrompt", "prompt", "threshold"),
+    }
+    assert (out["contextWindow"], out["contextWindowSource"]) == (WINDOW, "--context-window")
     code, out = run("check", KEY, "--tokens", str(THRESHOLD), "--context-window", str(WINDOW), "--read-only")
     assert out["due"] is False and out["reason"].startswith("read-only")
     code, out = run("done", KEY)

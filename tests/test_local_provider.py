@@ -245,8 +245,9 @@ def test_local_paths_and_bad_uris(tiny_gguf: Path, tmp_path: Path) -> None:
     assert parse_hf_uri("hf:a/b/sub/dir/m.gguf") == ("a/b", "sub/dir/m.gguf")
     with pytest.raises(ProviderError, match="hf:owner/repo/file.gguf"):
         parse_hf_uri("hf:a/b")
-    with pytest.raises(ProviderError, match="only hf:"):
-        pull_model(str(tiny_gguf), tmp_path)
+    assert pull_model(str(tiny_gguf), tmp_path) == (tiny_gguf, True)  # a local model is there already
+    with pytest.raises(ProviderError, match="does not exist: check the path"):
+        pull_model(str(tmp_path / "absent.gguf"), tmp_path)
 
 
 # -- the shared MiniLM model ----------------------------------------------------------------------------

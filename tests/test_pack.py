@@ -234,6 +234,38 @@ def test_over_budget_skips_a_big_candidate_but_a_smaller_one_further_down_fits()
     assert p.used_tokens <= budget and p.receipts[1].tokens and p.receipts[1].tokens > 30
 
 
+def test_the_best_match_left_out_for_the_budget_is_named_with_the_budget_that_holds_it() -> None:
+    """A best match that cannot be narrowed (no line holds a term) is left out; a smaller one further down
+    fits. The pack names the best one and the smallest budget that packs it, and that budget does."""
+    big = "\n".join(f"- line {i} of a long note " + "x" * 80 for i in range(6))
+    files = {**FILES, "memory/big.md": big}
+    hits = [hit(chunk("memory/big.md", 1, 6, 1, files), 0.9), hit(chunk("MEMORY.md", 10, 10, 2), 0.5)]
+    budget = estimate_tokens(HEADER) + 30
+    p = pack(hits, query="zzz", budget=budget, files=files, terms=["zzz"])
+    assert [i.ref for i in p.items] == ["MEMORY.md#L8-L10"] and p.matched == 2
+    assert p.best_left_out is not None and p.best_left_out.ref == "memory/big.md#L1-L6"
+    need = p.best_left_out.budget_tokens
+    assert need > budget and p.to_dict()["bestLeftOut"] == {"ref": "memory/big.md#L1-L6", "budgetTokens": need}
+    alone = pack(hits[:1], query="zzz", budget=need, files=files, terms=["zzz"])
+    assert [i.ref for i in alone.items] == ["memory/big.md#L1-L6"] and alone.used_tokens <= need
+    assert alone.best_left_out is None
+    assert pack(hits[:1], query="zzz", budget=need - 1, files=files, terms=["zzz"]).items == []
+    nothing = pack([], query="zzz")
+    assert (nothing.matched, nothing.best_left_out) == (0, None) and "bestLeftOut" not in nothing.to_dict()
+
+
+def test_a_tight_budget_narrows_a_candidate_to_its_best_line() -> None:
+    c = chunk("memory/2026-03-09.md", 5, 11, 1)
+    wide = pack([hit(c, 0.8)], query="disk full", span=FOCUS_LINES)
+    assert wide.items[0].ref == "memory/2026-03-09.md#L3-L8"  # the pair 6-7, a line each side, the heading
+    block = f"## Morning\n{file_lines('memory/2026-03-09.md', 7, 7)}\nSource: memory/2026-03-09.md#L7\n\n"
+    line = estimate_tokens(HEADER) + estimate_tokens(block)  # the line, its heading beside it, its citation
+    tight = pack([hit(c, 0.8)], query="disk full", span=FOCUS_LINES, budget=line)
+    [item] = tight.items
+    assert (item.start_line, item.end_line, item.heading) == (7, 7, "## Morning")  # the line that holds the terms
+    assert tight.used_tokens <= line and tight.receipts[0].ref == "memory/2026-03-09.md#L7"
+
+
 def test_max_items_and_below_min_score() -> None:
     hits = [
         hit(chunk("MEMORY.md", 10, 10, 1), 0.9),

@@ -20,6 +20,7 @@ from mdmemory.agent.schemas import PACK_OUTPUT
 from mdmemory.config.load import load_config
 from mdmemory.engine.packing import candidate_count
 from mdmemory.memory import Memory
+from mdmemory.pack.build import min_budget
 from mdmemory.providers.factory import ProviderChoice
 from mdmemory.providers.hashing import HashEmbeddingProvider
 from mdmemory.util.errors import ConfigError, InvalidArgumentError
@@ -216,9 +217,13 @@ def test_property_the_budget_holds_and_items_are_file_lines(
         config = load_config(write_config(Path(tmp) / "c.json5", root, {"memorySearch": ms}))
         choice = ProviderChoice(HashEmbeddingProvider(dims=32), "hash") if provider == "hash" else None
         with Memory(config.agent(), config, choice=choice) as mem:
+            count = mem.choice.provider.count_tokens if mem.choice.provider else estimate_tokens
+            if budget < min_budget(count):  # below the header's cost: refused, the minimum named
+                with pytest.raises(InvalidArgumentError, match=f"at least {min_budget(count)} tokens"):
+                    mem.pack(query, budget_tokens=budget, trace=True)
+                return
             result = mem.pack(query, budget_tokens=budget, trace=True)
             assert result["usedTokens"] <= budget
-            count = mem.choice.provider.count_tokens if mem.choice.provider else estimate_tokens
             bundle = result["bundleText"]
             assert result["usedTokens"] == (count(bundle) - count("") if bundle else 0)
             for item in result["items"]:

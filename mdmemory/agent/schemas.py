@@ -133,6 +133,11 @@ PACK_OUTPUT: dict[str, Any] = {
             },
         },
         "bundleText": {"type": "string"},
+        "matched": {"type": "integer"},
+        "bestLeftOut": {
+            "type": "object",
+            "properties": {"ref": {"type": "string"}, "budgetTokens": {"type": "integer"}},
+        },
         "provider": {"type": "string"},
         "model": {"type": ["string", "null"]},
         "mode": {"type": "string", "enum": ["hybrid", "vector", "keyword"]},

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 Result = tuple[dict[str, Any], Callable[[dict[str, Any]], str]]
 
+# `flush check` without --context-window: the window of the Claude models Clawdbot runs by default. A runtime
+# knows its model's; the output says which one was used and where it came from.
+DEFAULT_CONTEXT_WINDOW = 200_000
+
 
 def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentParser) -> None:
     """Add the agent-integration subcommands to ``sub`` (the ``mdmemory`` subparsers); ``common`` is the
@@ -54,7 +58,13 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
         metavar="N",
         help="the session's current context size estimate, in tokens",
     )
-    p.add_argument("--context-window", type=int, required=True, metavar="N", help="the model's context window")
+    p.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"the model's context window in tokens (default: {DEFAULT_CONTEXT_WINDOW}, Claude's)",
+    )
     p.add_argument("--read-only", action="store_true", help="the workspace is read-only here: skip the flush")
     p.add_argument("--today", metavar="YYYY-MM-DD", help="date for the prompts (default: today)")
     p.set_defaults(func=cmd_flush_check)
@@ -101,7 +111,7 @@ def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
 
 def _format_pack(r: dict[str, Any]) -> str:
     model = f" ({r['model']})" if r.get("model") else ""
-    out = [r["bundleText"] or "(nothing in memory matched)", ""]
+    out = [r["bundleText"] or _empty_pack(r), ""]
     out.append(
         f"-- {r['usedTokens']}/{r['budgetTokens']} tokens · {len(r['items'])} item(s) · {r['mode']} · "
         f"provider {r['provider']}{model}"
@@ -119,6 +129,17 @@ def _format_pack(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _empty_pack(r: dict[str, Any]) -> str:
+    """Why a pack holds nothing: no match, or matches that do not fit the budget (and the one that would)."""
+    best = r.get("bestLeftOut")
+    if best:
+        return (
+            f"(nothing fits in {r['budgetTokens']} tokens: {r.get('matched')} candidate(s) matched; "
+            f"--budget-tokens {best['budgetTokens']} holds the best, {best['ref']})"
+        )
+    return "(nothing in memory matched)"
+
+
 def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:
     result = {"format": args.tool_format, "tools": tool_definitions(args.tool_format)}
     return result, lambda r: json.dumps(r["tools"], indent=2, ensure_ascii=False)
@@ -133,15 +154,28 @@ def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
 
 def cmd_flush_check(args: argparse.Namespace, mem: Memory) -> Result:
     writable = False if args.read_only else None
+    given = args.context_window is not None
+    window = args.context_window if given else DEFAULT_CONTEXT_WINDOW
     decision = agent.check_flush(
-        mem.agent, args.session_key, args.total_tokens, args.context_window, writable=writable, today=args.today
+        mem.agent, args.session_key, args.total_tokens, window, writable=writable, today=args.today
     )
-    result = {"sessionKey": args.session_key, "totalTokens": args.total_tokens, **decision.to_dict()}
+    result = {
+        "sessionKey": args.session_key,
+        "totalTokens": args.total_tokens,
+        "contextWindow": window,
+        "contextWindowSource": "--context-window" if given else "default",
+        **decision.to_dict(),
+    }
     return result, _format_check
 
 
 def _format_check(r: dict[str, Any]) -> str:
-    lines = [f"{'due' if r['due'] else 'not due'}: {r['reason']}"]
+    window = f"context window {r['contextWindow']} tokens"
+    if r["contextWindowSource"] == "default":
+        window += " (the default, Claude's: pass --context-window N for your model's)"
+    else:
+        window += " (--context-window)"
+    lines = [f"{'due' if r['due'] else 'not due'}: {r['reason']}", window]
     if r["due"]:
         lines += ["", f"system: {r['systemPrompt']}", f"prompt: {r['prompt']}"]
     return "\n".join(lines)

@@ -233,8 +233,9 @@ def cmd_model_pull(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any
 
     uri = args.uri or mem.settings.model or mem.settings.local.model_path
     cache = model_cache_dir(mem.settings, mem.agent.home)
-    path = pull_model(uri, cache)
-    return {"uri": uri, "path": str(path), "bytes": path.stat().st_size}, lambda r: f"{r['uri']} -> {r['path']}"
+    path, present = pull_model(uri, cache)
+    result = {"uri": uri, "path": str(path), "bytes": path.stat().st_size, "alreadyPresent": present}
+    return result, render.format_pull
 
 
 def cmd_model_convert(

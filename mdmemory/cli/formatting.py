@@ -54,40 +54,93 @@ def format_search(r: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def format_pull(r: dict[str, Any]) -> str:
+    if not r["alreadyPresent"]:
+        return f"{r['uri']} -> {r['path']} ({human_size(r['bytes'])})"
+    where = "" if r["path"] == r["uri"] else f" at {r['path']}"
+    return f"{r['uri']}: the model is already there{where} ({human_size(r['bytes'])}); nothing to download"
+
+
 def format_status(s: dict[str, Any]) -> str:
-    files = "unknown (the index cannot be read)" if s["files"] is None else None
-    lines = [
-        f"agent       {s['agent']}",
-        f"workspace   {s['workspace']}",
-        "store       " + (f"{s['backend']}: " if s.get("backend", "sqlite") != "sqlite" else "") + str(s["store"]),
-        f"provider    {s['provider']}"
-        + (f" ({s['model']}, {s['dims']} dims)" if s["model"] else "")
-        + (f", requested {s['requestedProvider']}" if s["requestedProvider"] not in (s["provider"], "auto") else "")
-        + f" · {s['mode']} search",
-        f"indexed     {files}"
-        if files
-        else f"indexed     {s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors, "
-        f"{s['cacheEntries']} cached embeddings",
-        f"last sync   {s['lastSync'] or 'never'}"
-        + (f" ({s['lastSyncSeconds']:.2f} s)" if s["lastSyncSeconds"] is not None else ""),
-        f"stale       {len(s['staleFiles'])} file(s)" if files is None else "stale       unknown",
-    ]
-    if s["indexProvider"] and (s["indexProvider"], s["indexModel"]) != (s["provider"], s["model"]):
-        built = s["indexProvider"] + (f" ({s['indexModel']})" if s["indexModel"] else "")
-        lines.insert(5, f"index       built by {built}")
-    lines += [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
+    """Every field of ``mdmemory status --json`` on a labelled line (``STATUS_LABELS``), empty ones as ``none``;
+    a field this module does not know yet is printed under its JSON name."""
     said = {d["message"] for d in s.get("degraded", [])}
     s = {**s, "warnings": [w for w in s.get("warnings", []) if w not in said]}  # once is loud enough
-    for key, label, render in _STATUS_FIELDS:
-        if s.get(key) not in (None, [], {}, ""):
-            lines += [f"{label:<11} {text}" for text in render(s[key])]
+    lines: list[str] = []
+    shown: set[str] = set()
+    for keys, label, render in _STATUS_LINES:
+        shown.update(keys)
+        if keys[0] not in s:  # an optional field (fallback, breaker, entries) that this status has not
+            continue
+        lines += [text if text.startswith("  ") else f"{label:<11} {text}" for text in render(s)]
+    for key, value in s.items():
+        if key not in shown:
+            lines += [f"{key:<11} {text}" for text in _plain(value) or ["none"]]
     return "\n".join(lines)
+
+
+def _provider_line(s: dict[str, Any]) -> list[str]:
+    text = s["provider"]
+    if s.get("model"):
+        dims = f"{s['dims']} dims" if s.get("dims") else "dimensions known after the first index"
+        text += f" ({s['model']}, {dims})"
+    mode = "search disabled" if s["mode"] == "disabled" else f"{s['mode']} search"
+    return [f"{text} · {mode} · requested {s['requestedProvider']}"]
+
+
+def _indexed_line(s: dict[str, Any]) -> list[str]:
+    if s["files"] is None:
+        return ["unknown (the index cannot be read)"]
+    return [f"{s['files']} files, {s['chunks']} chunks, {s['vectors']} vectors, {s['cacheEntries']} cached embeddings"]
+
+
+def _stale_lines(s: dict[str, Any]) -> list[str]:
+    if s["files"] is None:
+        return ["unknown"]
+    return [f"{len(s['staleFiles'])} file(s)"] + [f"  {f['state']:9} {f['path']}" for f in s["staleFiles"]]
+
+
+def _index_line(s: dict[str, Any]) -> list[str]:
+    if not s.get("indexProvider"):
+        return ["not built yet" if not s.get("files") else "built by an unknown provider"]
+    return ["built by " + s["indexProvider"] + (f" ({s['indexModel']})" if s.get("indexModel") else "")]
+
+
+def _store_line(s: dict[str, Any]) -> list[str]:
+    backend = s.get("backend", "sqlite")
+    return [f"{s['store']} (sqlite)" if backend == "sqlite" else f"{backend}: {s['store']}"]
+
+
+def _workspace_line(s: dict[str, Any]) -> list[str]:
+    away = " (the files are on another host)" if s.get("filesHere") is False else ""
+    return [f"{s['workspace']}{away}"]
+
+
+def _other_sources_lines(other: dict[str, Any]) -> list[str]:
+    if not other:
+        return ["none"]
+    return [
+        f"{source}: {n.get('files')} files, {n.get('chunks')} chunks (indexed, not searched with this config)"
+        for source, n in other.items()
+    ]
+
+
+def _optional(
+    key: str, render: Callable[[Any], list[str]], empty: str = "none"
+) -> Callable[[dict[str, Any]], list[str]]:
+    """A line for field ``key``: ``render`` of its value, or ``empty`` when it is null or empty."""
+
+    def line(s: dict[str, Any]) -> list[str]:
+        value = s.get(key)
+        return [empty] if value in (None, [], {}, "") else render(value) or [empty]
+
+    return line
 
 
 def _store_state_lines(state: dict[str, Any]) -> list[str]:
     head = state["state"] + (f": {state['message']}" if state.get("message") else "")
-    if state["state"] == "full" and state.get("freeBytes") is not None:
-        head += f" ({human_size(state['freeBytes'])} free now)"
+    if state.get("freeBytes") is not None:
+        head += f" ({human_size(state['freeBytes'])} free{' now' if state['state'] == 'full' else ''})"
     moved = [f"corrupt index moved aside {m['at']} to {m['path']}, rebuilt from the files" for m in state["movedAside"]]
     return [head, *moved]
 
@@ -126,23 +179,54 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(ts)))
 
 
-# Optional status fields, printed when present and not empty: (key, label, lines of text). One line per field.
-_STATUS_FIELDS: list[tuple[str, str, Callable[[Any], list[str]]]] = [
-    ("storeState", "store state", _store_state_lines),
-    ("watcher", "watcher", _watcher_lines),
-    ("lastError", "last error", lambda e: [f"{e['at']} {e['error']}"]),
-    ("degraded", "degraded", lambda items: [d["message"] for d in items]),
-    ("fallback", "fallback", lambda f: [f"from {f['from']}: {f['reason']}"]),
+# The text status, in order: (the JSON fields a line shows, its label, its text). A field whose first key is
+# absent from the status (the optional ones) has no line; every other field has one, ``none`` when empty.
+_STATUS_LINES: list[tuple[tuple[str, ...], str, Callable[[dict[str, Any]], list[str]]]] = [
+    (("agent",), "agent", lambda s: [s["agent"]]),
+    (("enabled",), "enabled", lambda s: ["yes" if s["enabled"] else "no (memorySearch.enabled is false)"]),
+    (("workspace", "filesHere"), "workspace", _workspace_line),
+    (("sources",), "sources", lambda s: [", ".join(s["sources"]) or "none"]),
+    (("store", "backend"), "store", _store_line),
+    (("storeState",), "store state", _optional("storeState", _store_state_lines)),
+    (("provider", "requestedProvider", "model", "dims", "mode"), "provider", _provider_line),
+    (("files", "chunks", "vectors", "cacheEntries"), "indexed", _indexed_line),
     (
-        "pendingEmbeddings",
+        ("pendingEmbeddings",),
         "pending",
-        lambda n: [f"{n} chunk(s) waiting for embeddings (found by keywords meanwhile)"] if n else [],
+        lambda s: [
+            f"{s['pendingEmbeddings']} chunk(s) waiting for embeddings (found by keywords meanwhile)"
+            if s.get("pendingEmbeddings")
+            else "none (every chunk has its vectors)"
+            if s.get("pendingEmbeddings") == 0
+            else "unknown"
+        ],
     ),
-    ("worker", "worker", lambda w: [f"pid {w['pid']} ({w['purpose']}) in the background"]),
+    (("indexProvider", "indexModel"), "index", _index_line),
     (
-        "breaker",
-        "breaker",
-        lambda b: [] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
+        ("lastSync", "lastSyncSeconds"),
+        "last sync",
+        lambda s: [
+            (s["lastSync"] or "never")
+            + (f" ({s['lastSyncSeconds']:.2f} s)" if s.get("lastSyncSeconds") is not None else "")
+        ],
     ),
-    ("warnings", "warning", lambda items: [str(w) for w in items]),
+    (("staleFiles",), "stale", _stale_lines),
+    (("otherSources",), "other sources", _optional("otherSources", _other_sources_lines)),
+    (("entries",), "entries", _optional("entries", _plain)),
+    (("lastError",), "last error", _optional("lastError", lambda e: [f"{e['at']} {e['error']}"])),
+    (("watcher",), "watcher", _optional("watcher", _watcher_lines)),
+    (("worker",), "worker", _optional("worker", lambda w: [f"pid {w['pid']} ({w['purpose']}) in the background"])),
+    (("fallback",), "fallback", _optional("fallback", lambda f: [f"from {f['from']}: {f['reason']}"])),
+    (
+        ("breaker",),
+        "breaker",
+        _optional(
+            "breaker",
+            lambda b: ["closed"] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
+        ),
+    ),
+    (("degraded",), "degraded", _optional("degraded", lambda items: [d["message"] for d in items])),
+    (("warnings",), "warning", _optional("warnings", lambda items: [str(w) for w in items])),
 ]
+STATUS_LABELS: dict[str, str] = {key: label for keys, label, _ in _STATUS_LINES for key in keys}
+"""The label of the text line showing each JSON field of the status."""

@@ -9,14 +9,31 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from mdmemory.cli import suggest
+
 EXIT_USAGE = 2
 
 
 class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors that point to the command's own help and name the closest known words."""
+
     def error(self, message: str) -> NoReturn:  # argparse exits 2 on usage errors; keep that, add a hint
         self.print_usage(sys.stderr)
-        print(f"mdmemory: error: {message} (see `mdmemory --help`)", file=sys.stderr)
+        print(f"mdmemory: error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:  # argparse's hook for choices
+        if action.choices is not None and value not in action.choices:
+            raise argparse.ArgumentError(action, suggest.invalid_choice(value, action.choices))
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        """An argument this parser does not know is its error (its usage, its help, the closest option), not
+        left for the top level, which would point to `mdmemory --help`. Nothing is left over, ever."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            options = (s for a in self._actions if a.help != argparse.SUPPRESS for s in a.option_strings)
+            self.error(suggest.unrecognized(extras, options))
+        return parsed, extras
 
 
 class Refused(Exception):

@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmemory.pack.arguments import check_pack_arguments
-from mdmemory.pack.build import LinesOf, Window, build_pack
+from mdmemory.pack.build import LinesOf, Window, build_pack, min_budget
 from mdmemory.pack.inputs import counter, window_similarities
 from mdmemory.pack.items import kind_of
+from mdmemory.util.errors import InvalidArgumentError
 from mdmemory.util.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
@@ -58,6 +59,15 @@ def run_pack(
     mdmemory.pack.inputs.lines_reader) are asked for after it, as the search may have changed them."""
     query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
     q = settings.query
+    before = choice()
+    smallest = min_budget(counter(before.provider) if before.provider is not None else estimate_tokens)
+    if budget_tokens < smallest:
+        by = f"the {before.name} provider's tokenizer" if before.provider is not None else "the token estimate"
+        raise InvalidArgumentError(
+            f"a budget of {budget_tokens} tokens cannot hold any memory: the pack's header alone takes "
+            f"{smallest - 1} tokens ({by}). Fix: ask for at least "
+            f"{smallest} tokens; one cited line needs a few more"
+        )
     outcome, vector, notes = search(query, candidate_count(q.max_results, budget_tokens), 0.0)
     hits = outcome.hits
     if sources is not None:
@@ -88,6 +98,14 @@ def run_pack(
         warning = (
             f"no candidate reached minScore {q.min_score:g}; the items with lowConfidence: true are the closest "
             "and may be unrelated: read them before relying on them"
+        )
+        notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
+    if pack.best_left_out is not None:
+        best = pack.best_left_out
+        said = "none of them fits" if not pack.items else "the best one did not fit"
+        warning = (
+            f"{pack.matched} candidate(s) matched; {said} in {budget_tokens} tokens: the best, {best.ref}, needs a "
+            f"budget of {best.budget_tokens} tokens"
         )
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
     body = pack.to_dict(trace)

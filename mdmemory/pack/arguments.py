@@ -28,7 +28,8 @@ PACK_INPUT: dict[str, Any] = {
             "type": "integer",
             "minimum": 1,
             "maximum": 100000,
-            "description": "Most tokens the bundle may take (default 1000).",
+            "description": "Most tokens the bundle may take (default 1000). A budget below the cost of the "
+            "bundle's header (about 26 tokens) is refused with the minimum.",
         },
     },
     "required": ["query"],

@@ -19,13 +19,19 @@ Pure given a search outcome and file reads (``lines_of``). Rules (also in the RE
   touches an included item of the same file is merged into it (``merged_into``) or, when inside it
   already, dropped (``duplicate_of``); one whose words are nearly those of an included item (the same
   note in another file) is dropped (``duplicate_of``); then ``max_items`` and the budget
-  (``over_budget``; a smaller candidate further down may still fit). After the first ``WIDEN_TOP`` (2)
-  candidates, the items they made grow to their whole chunks while that fits, before deeper candidates
-  are considered: the top of the ranking is where evidence most often is, and a trimmed item can miss it.
+  (``over_budget``; a smaller candidate further down may still fit). A candidate over the budget is tried
+  again narrower: its focus without context lines, then its best line alone (with its heading). After the
+  first ``WIDEN_TOP`` (2) candidates, the items they made grow to their whole chunks while that fits, before
+  deeper candidates are considered: the top of the ranking is where evidence most often is, and a trimmed
+  item can miss it.
 - **Budget.** Costs are counted with ``count`` (the provider's tokenizer, or the estimate); the whole
   bundle is counted again at the end and the last additions are undone until it fits, so
   ``usedTokens <= budgetTokens`` always holds.
 - **Receipts.** One per candidate, in ranking order: ref, scores, decision and reason; never any text.
+- **An empty pack says why**: ``matched`` counts the candidates that passed the threshold and are still in
+  their files (0: nothing matched); when the best of them is left out for the budget, ``best_left_out`` has
+  its narrowest ref and the smallest budget that packs it. A budget below ``min_budget`` (the header's cost
+  plus one) cannot hold anything; ``mdmemory.packer`` refuses it.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mdmemory.files.sessionview import inside_block, is_day_file, prompt_text
-from mdmemory.pack.items import Pack, PackItem, Receipt, cite, kind_of
+from mdmemory.pack.items import BestMatch, Pack, PackItem, Receipt, cite, kind_of
 from mdmemory.pack.trim import FileLines, TermMatcher, Window, focus_range, term_weights
 from mdmemory.search.hybrid import Hit
 from mdmemory.search.query import WORD, contains_all_terms, fold, query_terms
@@ -130,6 +136,7 @@ def build_pack(
     total = sum(idf.values())
     # 2. greedy selection under the budget, then the exact count of the whole bundle
     sel = _Selection(count, budget_tokens, max_items, header=bool(staged), by_line=price_by_line, explain=explain)
+    narrowest: tuple[int, int] | None = None  # the best match's smallest range, to say what budget it needs
     for i, (rank, hit, f, s, e) in enumerate(staged):
         if i == widen_after:
             _widen(sel, staged[:i], receipts)
@@ -139,12 +146,53 @@ def build_pack(
             for n in range(s, e + 1)
             if (c.path, n) in line_sets
         }
-        lo, hi = focus_range(f, s, e, kw, windows.get(c.id or -1, ()), weights, span, context)
-        receipts[rank] = sel.consider(rank, hit, f, lo, hi, low=rank in low)
+        ranges = _ranges(f, s, e, kw, windows.get(c.id or -1, ()), weights, span, context)
+        for lo, hi in ranges:  # the focus with its context; when that is over the budget, narrower ones
+            receipt = sel.consider(rank, hit, f, lo, hi, low=rank in low)
+            if receipt.reason != "over_budget":
+                break
+        receipts[rank] = receipt
+        if i == 0:
+            narrowest = ranges[-1]
     if widen_after is not None and len(staged) <= widen_after:
         _widen(sel, staged, receipts)
     sel.fit(receipts)
-    return Pack(query, budget_tokens, sel.used, sel.items(), sel.bundle, mode, sel.resolve(receipts))
+    best = None
+    if staged and narrowest is not None and _over_budget(receipts[staged[0][0]]):
+        _, hit, f, _, _ = staged[0]
+        item = _item(hit.chunk.path, hit.chunk.source, f, *narrowest, hit.score, staged[0][0] in low)
+        best = BestMatch(item.ref, sel.alone(item))
+    receipt_list = sel.resolve(receipts)
+    return Pack(query, budget_tokens, sel.used, sel.items(), sel.bundle, mode, receipt_list, len(staged), best)
+
+
+def min_budget(count: TokenCounter = estimate_tokens) -> int:
+    """The smallest budget a pack can use: its header (and the separator after it) costs one token less."""
+    return count(HEADER + SEPARATOR) - count("") + 1
+
+
+def _ranges(
+    f: FileLines,
+    s: int,
+    e: int,
+    kw: Mapping[int, float],
+    windows: Sequence[Window],
+    weights: tuple[float, float],
+    span: int,
+    context: tuple[int, int],
+) -> list[tuple[int, int]]:
+    """The ranges to try for chunk ``s..e``, widest first: the focus and its context, the focus alone, its best
+    line alone; each is found inside the one before (a range without line-level signal is not cut further)."""
+    out = [focus_range(f, s, e, kw, windows, weights, span, context)]
+    for size in (span, 1):
+        lo, hi = focus_range(f, *out[-1], kw, windows, weights, size, (0, 0))
+        if (lo, hi) != out[-1]:
+            out.append((lo, hi))
+    return out
+
+
+def _over_budget(receipt: Receipt | None) -> bool:
+    return receipt is not None and receipt.decision == "excluded" and receipt.reason == "over_budget"
 
 
 @dataclass
@@ -171,7 +219,8 @@ class _Selection:
         self.alias: dict[int, int] = {}  # merged-away slot -> the slot holding its lines
         # (rank, old slots, old length, the receipt before a widening): what undoing a step restores
         self.events: list[tuple[int, list[tuple[int, _Slot | None]], int, Receipt | None]] = []
-        self.used = count(HEADER) - self.base if header else 0
+        self.header = count(HEADER) - self.base
+        self.used = self.header if header else 0
         self.bundle = ""
 
     def _cost(self, item: PackItem) -> int:
@@ -183,6 +232,11 @@ class _Selection:
         newline = self._newline if self._newline is not None else self.count("\n") - self.base
         self._newline = newline
         return sum(self.count(p) - self.base for p in pieces if p) + newline * (len(pieces) - 1)
+
+    def alone(self, item: PackItem) -> int:
+        """The smallest budget that takes ``item`` into an empty pack: the selection's price for it and the
+        exact count of the bundle it makes both fit there."""
+        return max(self.header + self._cost(item), self.count(_render([item])) - self.base)
 
     def consider(self, rank: int, hit: Hit, f: FileLines, lo: int, hi: int, low: bool = False) -> Receipt:
         """Include, merge or exclude one trimmed candidate; its receipt (reasons name slots as ``#i``)."""

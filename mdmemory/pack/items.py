@@ -85,6 +85,18 @@ class Receipt:
 
 
 @dataclass(frozen=True)
+class BestMatch:
+    """The best match, left out for the budget: its smallest cited range and the budget that would hold it
+    (the pack's header included)."""
+
+    ref: str
+    budget_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ref": self.ref, "budgetTokens": self.budget_tokens}
+
+
+@dataclass(frozen=True)
 class Pack:
     query: str
     budget_tokens: int
@@ -93,6 +105,8 @@ class Pack:
     bundle_text: str
     mode: str
     receipts: list[Receipt] = field(default_factory=list)
+    matched: int = 0  # candidates that passed minScore and are still in their files: 0 means nothing matched
+    best_left_out: BestMatch | None = None  # the best of them, when the budget could not hold it
 
     def to_dict(self, trace: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -102,7 +116,10 @@ class Pack:
             "items": [i.to_dict() for i in self.items],
             "bundleText": self.bundle_text,
             "mode": self.mode,
+            "matched": self.matched,
         }
+        if self.best_left_out is not None:
+            out["bestLeftOut"] = self.best_left_out.to_dict()
         if trace:
             out["trace"] = [r.to_dict() for r in self.receipts]
         return out

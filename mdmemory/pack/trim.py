@@ -3,9 +3,11 @@
 A line's score is ``vector weight x`` the similarity of the best stored window vector covering it (the
 windows the indexer embedded, ~``chunking.windowTokens`` of whole lines) ``+ keyword weight x`` the
 IDF-weighted share of the query's terms it holds (IDF over the candidates' lines, terms matched as keyword
-search matches them). The focus is the run of ``span`` content lines whose scores add up best (in a chat log
-a question and its answer, in notes a fact and its neighbour), then ``context`` content lines before and
-after it, and the section's heading line when only blank lines separate it from them.
+search matches them). The focus is the run of up to ``span`` content lines of one section (no heading between
+them) whose scores add up best (in a chat log a question and its answer, in notes a fact and its neighbour),
+then ``context`` content lines before and after it in that section, and the section's heading line when only
+blank lines separate it from them. ``mdmemory.pack`` asks for narrower ranges (no context, then one line)
+when the first does not fit the budget.
 """
 
 from __future__ import annotations
@@ -179,9 +181,9 @@ def focus_range(
     span: int = 1,
     context: tuple[int, int] = (1, 1),
 ) -> tuple[int, int]:
-    """The lines of chunk ``start..end`` worth keeping: the run of ``span`` content lines whose scores add up
-    best, ``context`` content lines before and after it, and the section's heading line when only blank
-    lines separate it from them."""
+    """The lines of chunk ``start..end`` worth keeping: the run of up to ``span`` content lines of one section
+    whose scores add up best, ``context`` content lines before and after it within that section, and the
+    section's heading line when only blank lines separate it from them."""
     content = [n for n in range(start, end + 1) if f.is_content(n)]
     if not content:
         return start, end
@@ -192,10 +194,10 @@ def focus_range(
         for n in content:
             vec = max((w.similarity for w in windows if w.first <= n <= w.last), default=0.0)
             scores.append(wv * vec + wt * keyword.get(n, 0.0))
-        sums = [sum(scores[i : i + span]) for i in range(len(content) - span + 1)]
-        best = max(range(len(sums)), key=lambda i: (sums[i], -i))
+        runs = _runs(f, content, span)
+        best = max(runs, key=lambda run: (sum(scores[run[0] : run[1] + 1]), -run[0]))
         if max(scores) > min(scores):  # else no line-level signal: the chunk stays whole
-            lo, hi = content[best], content[best + span - 1]
+            lo, hi = content[best[0]], content[best[1]]
             for step, want in ((-1, context[0]), (1, context[1])):
                 n, taken = (lo if step < 0 else hi) + step, 0
                 while taken < want and 1 <= n <= len(f.lines) and not f.is_heading(n):
@@ -209,3 +211,17 @@ def focus_range(
     if above >= 1 and f.is_heading(above):
         lo = above
     return lo, hi
+
+
+def _runs(f: FileLines, content: Sequence[int], span: int) -> list[tuple[int, int]]:
+    """Runs of up to ``span`` consecutive content lines (indexes into ``content``) that no heading splits: a
+    one-line answer under its own heading is not paired with a line of the section before it."""
+    runs = []
+    for i in range(len(content)):
+        j = i
+        while (
+            j + 1 < len(content) and j - i + 1 < span and f.heading_above(content[j + 1]) == f.heading_above(content[i])
+        ):
+            j += 1
+        runs.append((i, j))
+    return runs

@@ -68,7 +68,10 @@ def _hub() -> Any:
     try:
         import huggingface_hub
     except ImportError as exc:
-        raise ProviderError(f"hf: model URIs need huggingface_hub: {INSTALL_HINT}") from exc
+        raise ProviderError(
+            f"hf: model URIs need huggingface_hub, which is not installed here ({_cause(exc)}): {INSTALL_HINT}, "
+            "or only it: pip install huggingface-hub"
+        ) from exc
     return huggingface_hub
 
 
@@ -84,12 +87,13 @@ def resolve_model_path(model_path: str, cache_dir: Path, allow_download: bool = 
             )
         return path
     repo_id, filename = parse_hf_uri(model_path)
+    hub = _hub()  # not installed: its own error, with the install command
     try:
-        found = _hub().hf_hub_download(repo_id, filename, cache_dir=str(cache_dir), local_files_only=not allow_download)
+        found = hub.hf_hub_download(repo_id, filename, cache_dir=str(cache_dir), local_files_only=not allow_download)
     except Exception as exc:  # offline, not cached, 404, network: all mean "no file"
         how = "the download failed" if allow_download else "it is not in the cache and downloads are off"
         raise ProviderError(
-            f"model {model_path} is not available ({how}: {type(exc).__name__}). Cache folder: {cache_dir}. "
+            f"model {model_path} is not available ({how}: {_cause(exc)}). Cache folder: {cache_dir}. "
             f"Run `mdmemory model pull {model_path}` while online, or download {filename} from "
             f"https://huggingface.co/{repo_id} yourself and set memorySearch.local.modelPath to that file"
         ) from exc
@@ -108,11 +112,24 @@ def is_model_available(model_path: str, cache_dir: Path) -> bool:
     return isinstance(found, str) and Path(found).is_file()
 
 
-def pull_model(uri: str, cache_dir: Path) -> Path:
-    """Download an ``hf:`` model into ``cache_dir`` with a progress bar; returns the local file."""
+def _cause(exc: BaseException) -> str:
+    """An exception as one line for a message: its type and the first line of what it says."""
+    said = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {said[0][:300]}" if said else "")
+
+
+def pull_model(uri: str, cache_dir: Path) -> tuple[Path, bool]:
+    """The model file for ``uri`` and whether it was there already: a local GGUF file that exists, or an
+    ``hf:`` model in ``cache_dir``; else an ``hf:`` model is downloaded into ``cache_dir`` with a progress bar.
+    Raises ``ProviderError`` saying why not (a missing local file, not a GGUF file, no huggingface_hub, the
+    download's own error)."""
     if not uri.startswith(HF_PREFIX):
-        raise ProviderError(f"only hf:owner/repo/file.gguf models can be pulled, not {uri!r}")
-    return resolve_model_path(uri, cache_dir, allow_download=True)
+        path = resolve_model_path(uri, cache_dir)  # a missing file: the message says how to get one
+        read_gguf_header(path)  # and one that is not a model says so
+        return path, True
+    if is_model_available(uri, cache_dir):
+        return resolve_model_path(uri, cache_dir), True
+    return resolve_model_path(uri, cache_dir, allow_download=True), False
 
 
 _GGUF_SCALAR = {
