@@ -48,6 +48,16 @@ _lock = threading.Lock()
 _loaded: str | None = None  # the variant loaded into this process ("builtin" for a linked-in backend)
 
 
+def available() -> bool:
+    """True when llama-cpp-python can be found (not imported: that loads its libraries)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def import_llama_cpp() -> ModuleType:
     """``import llama_cpp``, mapping a missing or broken install to ProviderError with the fix."""
     try:
