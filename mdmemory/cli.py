@@ -18,6 +18,7 @@ from mdmemory import cli_format as render
 from mdmemory.agent.schemas import check_search_arguments
 from mdmemory.cli_agent import register as register_agent_commands
 from mdmemory.cli_service import register as register_service_commands
+from mdmemory.cli_setup import register as register_setup_commands
 from mdmemory.cli_store import register as register_store_commands
 from mdmemory.display import display_name, display_text
 from mdmemory.entry import write
@@ -141,6 +142,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p.add_argument("--type", dest="out_type", choices=["f32", "f16", "q8_0"], default="f16")
     p.set_defaults(func=cmd_model_convert, needs_memory=False)
 
+    register_setup_commands(sub, common)
     register_agent_commands(sub, common)
     register_service_commands(sub, common)
     register_store_commands(sub, common, parser_class)
