@@ -12,15 +12,14 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from mdmemory.errors import ProviderError
-from mdmemory.providers import probe, xllama
-from mdmemory.providers.local import LocalEmbeddingProvider
+from mdmemory.providers import probe
 from tests.conftest import MINILM, REPO, write
 
 pytest.importorskip("xllamacpp")
@@ -51,98 +50,189 @@ TEXTS = {
 ALL = [t for texts in TEXTS.values() for t in texts]
 
 
+# Each binding runs in a child process of its own: both export llama.cpp's symbols, so they never share a
+# process (the provider refuses it; test_one_binding_per_process), and the test process may have loaded
+# llama-cpp-python already (other test modules import it).
+CHILD = """
+import json, os, sys, threading
+BLOCKED = set(filter(None, sys.argv[1].split(",")))
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"No module named {name!r}")
+sys.meta_path.insert(0, Blocker())
+from pathlib import Path
+from mdmemory.errors import ProviderError
+from mdmemory.providers.local import LocalEmbeddingProvider
+MODEL, ARGS = sys.argv[2], json.loads(sys.argv[3])
+def provider(binding, threads=1):
+    return LocalEmbeddingProvider(MODEL, Path(MODEL).parent, threads=threads, binding=binding)
+def done(**facts):
+    print(json.dumps(facts))
+"""
+
+MEASURE = """
+p = provider(ARGS["binding"])
+texts, lines, long = ARGS["texts"], ARGS["lines"], ARGS["long"]
+vectors = p.embed_documents(texts)
+cuts = [p.truncate(t) for t in long]
+done(
+    binding=p.binding, backend=p.cpu_backend, key=p.provider_key, vectors=vectors.tolist(),
+    counts=[p.count_tokens(t) for t in texts], batch=p.count_tokens_batch(lines), cuts=cuts,
+    cut_counts=[p.count_tokens(c) for c in cuts], over=[p.count_tokens(t[: len(c) + 1]) for t, c in zip(long, cuts)],
+    whole_vs_cut=float(p.embed_documents([long[0]])[0] @ p.embed_documents([cuts[0]])[0]),
+    query=p.embed_query("when do the backups run").tolist(),
+)
+p.close()
+"""
+
+
+def child(blocked: str, body: str, args: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``body`` after ``CHILD`` in a fresh interpreter that cannot import ``blocked``; its last JSON line."""
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD + body, blocked, str(MINILM), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+LINES = [line for t in ALL for line in t.split("\n")] + [f"line {i} of a fresh note" for i in range(700)]
+
+
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[LocalEmbeddingProvider, LocalEmbeddingProvider]:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     pytest.importorskip("llama_cpp")
-    cache = tmp_path_factory.mktemp("models")
-    ref = LocalEmbeddingProvider(str(MINILM), cache, threads=1, binding="llama-cpp-python")
-    cand = LocalEmbeddingProvider(str(MINILM), cache, threads=1, binding="xllamacpp")
-    yield ref, cand
-    ref.close()
-    cand.close()
+    env = {"MDMEMORY_PROBE_CACHE": str(tmp_path_factory.mktemp("probe"))}
+    args = {"texts": ALL, "lines": LINES, "long": TEXTS["long"]}
+    return {
+        binding: child(blocked, MEASURE, {**args, "binding": binding}, env)
+        for binding, blocked in (("llama-cpp-python", "xllamacpp"), ("xllamacpp", "llama_cpp"))
+    }
 
 
-def test_vectors_match_llama_cpp_python_on_varied_text(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    ref, cand = pair
-    a, b = ref.embed_documents(ALL), cand.embed_documents(ALL)
+def test_vectors_match_llama_cpp_python_on_varied_text(measured: dict[str, dict[str, Any]]) -> None:
+    ref, cand = measured["llama-cpp-python"], measured["xllamacpp"]
+    assert cand["backend"] == "xllamacpp" and ref["backend"] != "xllamacpp"
+    a, b = np.asarray(ref["vectors"]), np.asarray(cand["vectors"])
     assert a.shape == b.shape == (len(ALL), 384)
     cosines = (a * b).sum(axis=1)
     worst = {
         cat: min(float(c) for c, t in zip(cosines, ALL, strict=True) if t in texts) for cat, texts in TEXTS.items()
     }
     assert min(worst.values()) >= 0.999, worst
-    assert (cand.embed_query("when do the backups run") @ ref.embed_query("when do the backups run")) >= 0.999
+    assert float(np.asarray(ref["query"]) @ np.asarray(cand["query"])) >= 0.999
 
 
-def test_token_counts_are_identical_one_by_one_and_in_a_batch(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    ref, cand = pair
-    expected = [ref.count_tokens(t) for t in ALL]
-    assert [cand.count_tokens(t) for t in ALL] == expected
-    lines = [line for t in ALL for line in t.split("\n")] + [f"line {i} of a fresh note" for i in range(700)]
-    assert cand.count_tokens_batch(lines) == [ref.count_tokens(t) for t in lines]  # over one request's size
-    assert expected[ALL.index("")] == 2  # [CLS] [SEP]: the special tokens are counted
+def test_token_counts_are_identical_one_by_one_and_in_a_batch(measured: dict[str, dict[str, Any]]) -> None:
+    ref, cand = measured["llama-cpp-python"], measured["xllamacpp"]
+    assert cand["counts"] == ref["counts"]
+    assert cand["batch"] == ref["batch"] and len(cand["batch"]) == len(LINES)  # more than one request's worth
+    assert cand["counts"][ALL.index("")] == 2  # [CLS] [SEP]: the special tokens are counted
 
 
-def test_truncation_cuts_at_the_context_as_llama_cpp_python_does(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    ref, cand = pair
-    for text in TEXTS["long"]:
-        assert cand.count_tokens(text) > 512
-        cut = cand.truncate(text)
-        assert cut == ref.truncate(text) and cand.count_tokens(cut) <= 512 < cand.count_tokens(text[: len(cut) + 1])
-    # an over-long input goes through embed_batch too (never to the server whole): the same vector as its cut
-    whole, cut = cand.embed_documents([TEXTS["long"][0], cand.truncate(TEXTS["long"][0])])
-    assert float(whole @ cut) > 0.99999
+def test_truncation_cuts_at_the_context_as_llama_cpp_python_does(measured: dict[str, dict[str, Any]]) -> None:
+    ref, cand = measured["llama-cpp-python"], measured["xllamacpp"]
+    assert cand["cuts"] == ref["cuts"]
+    assert all(n <= 512 for n in cand["cut_counts"]) and all(n > 512 for n in cand["over"])
+    # an over-long input goes through embed_documents too, cut first (never to the server whole)
+    assert cand["whole_vs_cut"] > 0.99999
 
 
-def test_the_server_goes_with_close_and_its_socket_folder_too(no_thread_leaks: None) -> None:
-    provider = LocalEmbeddingProvider(str(MINILM), MINILM.parent, threads=1, binding="xllamacpp")
-    before = len(os.listdir("/proc/self/task"))
-    provider.load()
-    model = provider._llm
-    assert isinstance(model, xllama.XllamaModel)
-    folder = Path(model._folder)
-    assert folder.is_dir() and oct(folder.stat().st_mode & 0o777) == "0o700"
-    assert [p.name for p in folder.iterdir()] == ["server.sock"]
-    assert len(os.listdir("/proc/self/task")) > before + 1  # the server's HTTP and compute threads
-    provider.embed_documents(["hello"])
-    provider.close()
-    provider.close()  # twice is fine
-    assert not folder.exists()
-    assert len(os.listdir("/proc/self/task")) <= before + 1  # one idle worker of the thread pool may stay
-    with pytest.raises(ProviderError, match="closed"):
-        model.token_counts(["a fresh text, never counted"])
+def test_the_same_model_keeps_its_index_identity_on_either_binding(measured: dict[str, dict[str, Any]]) -> None:
+    """Vectors within cosine 0.9997 are the same vectors for ranking: switching binding re-embeds nothing."""
+    assert measured["llama-cpp-python"]["key"] == measured["xllamacpp"]["key"]
 
 
-def test_a_process_that_never_closes_leaves_no_socket_folder(tmp_path: Path) -> None:
-    code = (
-        "import sys\n"
-        "from mdmemory.providers.local import LocalEmbeddingProvider\n"
-        f"p = LocalEmbeddingProvider({str(MINILM)!r}, {str(tmp_path)!r}, threads=1, binding='xllamacpp')\n"
-        "p.embed_documents(['hello'])\n"
-        "print(p._llm._folder)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    folder = Path(out.stdout.strip())
+SHUTDOWN = """
+p = provider("xllamacpp")
+before = len(os.listdir("/proc/self/task"))
+p.load()
+model = p._llm
+folder = Path(model._folder)
+started = dict(mode=oct(folder.stat().st_mode & 0o777), files=sorted(x.name for x in folder.iterdir()),
+               threads=len(os.listdir("/proc/self/task")) - before)
+p.embed_documents(["hello"])
+p.close()
+p.close()
+try:
+    model.token_counts(["a fresh text, never counted"])
+    closed = "no error"
+except ProviderError as exc:
+    closed = str(exc)
+done(started=started, gone=not folder.exists(), left=len(os.listdir("/proc/self/task")) - before, closed=closed,
+     python_threads=[t.name for t in threading.enumerate() if t is not threading.main_thread()])
+"""
+
+
+def test_the_server_goes_with_close_and_its_socket_folder_too() -> None:
+    facts = child("llama_cpp", SHUTDOWN, {})
+    assert facts["started"] == {"mode": "0o700", "files": ["server.sock"], "threads": facts["started"]["threads"]}
+    assert facts["started"]["threads"] > 2  # the server's HTTP and compute threads
+    assert facts["gone"] and facts["left"] <= 1  # one idle worker of a thread pool may stay
+    assert facts["python_threads"] == [] and "closed" in facts["closed"]
+
+
+def test_a_process_that_never_closes_leaves_no_socket_folder() -> None:
+    body = "p = provider('xllamacpp'); p.embed_documents(['hello']); done(folder=p._llm._folder)\n"
+    folder = Path(child("llama_cpp", body, {})["folder"])
     assert folder.name.startswith("mdmemory-xllama-") and not folder.exists()
 
 
-def test_fewer_threads_restart_the_server_and_keep_the_vectors(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    provider = LocalEmbeddingProvider(str(MINILM), MINILM.parent, threads=2, binding="xllamacpp")
-    try:
-        before = provider.embed_documents(TEXTS["english"])
-        provider.limit_threads(1)
-        assert provider.threads == 1 and provider._llm.threads == 1
-        after = provider.embed_documents(TEXTS["english"])
-        assert np.allclose(before, after, atol=1e-3)
-        assert provider.count_tokens("after the restart") == pair[0].count_tokens("after the restart")
-    finally:
-        provider.close()
+THREADS = """
+p = provider("xllamacpp", threads=2)
+before = p.embed_documents(ARGS["texts"])
+p.limit_threads(1)
+after = p.embed_documents(ARGS["texts"])
+done(threads=[p.threads, p._llm.threads], diff=float(abs(before - after).max()), n=p.count_tokens("after a restart"))
+p.close()
+"""
 
 
-def test_the_same_model_keeps_its_index_identity_on_either_binding(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    """Vectors within cosine 0.9997 are the same vectors for ranking: switching binding re-embeds nothing."""
-    ref, cand = pair
-    assert ref.provider_key == cand.provider_key
+def test_fewer_threads_restart_the_server_and_keep_the_vectors() -> None:
+    facts = child("llama_cpp", THREADS, {"texts": TEXTS["english"]})
+    assert facts["threads"] == [1, 1] and facts["diff"] < 1e-3 and facts["n"] == 5  # [CLS] after a restart [SEP]
+
+
+CONCURRENT = """
+p = provider("xllamacpp")
+lines = [f"note {i}: the quick brown fox {i * 7}" for i in range(300)]
+alone = [p.count_tokens(t) for t in lines[:20]]
+counts = []
+worker = threading.Thread(target=lambda: counts.append(p.count_tokens_batch(lines)))
+worker.start()
+p.embed_documents(ARGS["texts"] * 8)
+worker.join(60)
+done(counts=counts, alone=alone)
+p.close()
+"""
+
+
+def test_counting_on_another_thread_while_embedding_agrees() -> None:
+    facts = child("llama_cpp", CONCURRENT, {"texts": TEXTS["english"]})
+    assert len(facts["counts"]) == 1 and facts["counts"][0][:20] == facts["alone"]
+    assert len(facts["counts"][0]) == 300
+
+
+MIXED = """
+first = provider(ARGS["first"]); first.embed_documents(["hello"])
+try:
+    provider(ARGS["second"]).load()
+    outcome = "loaded"
+except ProviderError as exc:
+    outcome = str(exc)
+done(outcome=outcome)
+"""
+
+
+@pytest.mark.parametrize("first,second", [("llama-cpp-python", "xllamacpp"), ("xllamacpp", "llama-cpp-python")])
+def test_one_binding_per_process(first: str, second: str) -> None:
+    pytest.importorskip("llama_cpp")
+    outcome = child("", MIXED, {"first": first, "second": second})["outcome"]
+    assert f"cannot use {second}" in outcome and f"loaded {first} already" in outcome and "Fix:" in outcome
 
 
 def test_a_sigill_in_the_xllamacpp_probe_names_the_signal_and_the_fix(
@@ -247,15 +337,3 @@ def test_a_missing_model_file_still_degrades_the_same_way(minilm_config: dict[st
     config.write_text(config.read_text().replace(str(MINILM), str(tmp_path / "gone.gguf")))
     index = cli("llama_cpp", "index", env=minilm_config)
     assert index.returncode == 0 and "gone.gguf does not exist" in index.stdout + index.stderr
-
-
-def test_concurrent_counts_while_embedding_agree(pair: tuple[LocalEmbeddingProvider, ...]) -> None:
-    """Counting (another thread, over the socket) does not wait for or disturb a running embedding."""
-    ref, cand = pair
-    lines = [f"note {i}: the quick brown fox {i * 7}" for i in range(300)]
-    counts: list[list[int]] = []
-    worker = threading.Thread(target=lambda: counts.append(cand.count_tokens_batch(lines)))
-    worker.start()
-    cand.embed_documents(TEXTS["english"] * 8)
-    worker.join(60)
-    assert counts == [[ref.count_tokens(t) for t in lines]]

@@ -46,6 +46,8 @@ def choose_binding() -> str:
     """The llama.cpp binding to use: llama-cpp-python when installed (the faster one here), else xllamacpp.
 
     Raises ``ProviderError`` with the install command when neither is installed."""
+    if xllama.loaded():  # this process runs it already: the other binding cannot join it
+        return xllama.NAME
     if native.available():
         return LLAMA_CPP_PYTHON
     if xllama.available():
@@ -55,6 +57,18 @@ def choose_binding() -> str:
         f"Fix: {INSTALL_HINT} (installs xllamacpp, a prebuilt wheel), or build llama-cpp-python for this CPU "
         "with `make local-fast` in a clone"
     )
+
+
+def _check_alone(binding: str) -> None:
+    """Refuse to load ``binding`` into a process that runs the other one (their llama.cpp symbols clash)."""
+    other = LLAMA_CPP_PYTHON if binding == xllama.NAME and native.loaded() else None
+    other = other or (xllama.NAME if binding == LLAMA_CPP_PYTHON and xllama.loaded() else None)
+    if other:
+        raise ProviderError(
+            f"the local provider cannot use {binding}: this process has loaded {other} already, and the two "
+            "llama.cpp libraries cannot share a process. Fix: use one binding per process (mdmemory picks "
+            "llama-cpp-python when it is installed, else xllamacpp)"
+        )
 
 
 MIN_CONTEXT = 16
@@ -166,6 +180,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if not isinstance(n_ctx_train, int) or n_ctx_train <= 0:
                 raise ProviderError(f"{path} has no {arch}.context_length: is it a complete GGUF model?")
             n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
+            _check_alone(self.binding)
             if self.binding == xllama.NAME:
                 self._llm = self._open_xllama(path, n, header.get(f"{arch}.embedding_length"))
                 self.dims = int(self._llm.n_embd())

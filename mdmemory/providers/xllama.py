@@ -20,6 +20,9 @@ as the subset of ``llama_cpp.Llama`` the local provider calls (``tokenize``, ``e
 - An over-long input makes the server answer an error instead of aborting, but inputs are cut to the
   context before they get here anyway (the local provider counts and truncates first).
 - The thread count is fixed when the server starts: ``set_threads`` restarts it (a model load).
+- It never shares a process with llama-cpp-python: both export llama.cpp's symbols, and with libllama
+  loaded first, xllamacpp's calls bind to it (seen: a server that never finished starting). The provider
+  refuses the second binding (``mdmemory.providers.local``).
 """
 
 from __future__ import annotations
@@ -53,6 +56,13 @@ def available() -> bool:
         return importlib.util.find_spec(NAME) is not None
     except (ImportError, ValueError):
         return False
+
+
+def loaded() -> bool:
+    """True when this process has xllamacpp's library mapped."""
+    from mdmemory.providers.native import mapped_library
+
+    return mapped_library("xllamacpp.") is not None
 
 
 def import_xllamacpp() -> Any:
