@@ -302,7 +302,12 @@ def minilm_config(tmp_path: Path, workspace: Path) -> dict[str, str]:
     return {**os.environ, "MDMEMORY_CONFIG": str(config), "MDMEMORY_DAEMON": "off", "PYTHONPATH": str(REPO)}
 
 
-def test_without_llama_cpp_python_the_cli_indexes_and_searches_with_xllamacpp(minilm_config: dict[str, str]) -> None:
+@pytest.mark.parametrize("provider", ["local", "auto"])  # auto: the model is on disk and a binding installed
+def test_without_llama_cpp_python_the_cli_indexes_and_searches_with_xllamacpp(
+    minilm_config: dict[str, str], provider: str
+) -> None:
+    config = Path(minilm_config["MDMEMORY_CONFIG"])
+    config.write_text(config.read_text().replace('"provider": "local"', f'"provider": "{provider}"'))
     index = cli("llama_cpp", "index", "--json", env=minilm_config)
     assert index.returncode == 0, index.stderr
     report = json.loads(index.stdout)
