@@ -28,20 +28,21 @@ as the subset of ``llama_cpp.Llama`` the local provider calls (``tokenize``, ``e
 from __future__ import annotations
 
 import contextlib
-import http.client
 import importlib.util
 import json
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mdmemory.errors import ProviderError
+
+if TYPE_CHECKING:  # http.client costs ~20 ms to import: a keyword-only command never needs it
+    import http.client
 
 NAME = "xllamacpp"
 PARALLEL = 8  # server slots: up to this many short inputs share one decode (the provider packs <= n_ctx tokens)
@@ -88,16 +89,19 @@ def fingerprint() -> str:
     return "|".join(parts)
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=60)
-        self._path = path
+def _unix_http(path: str) -> http.client.HTTPConnection:
+    """A keep-alive HTTP connection to the Unix socket ``path``."""
+    import http.client
+    import socket
 
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
+    class UnixHTTP(http.client.HTTPConnection):
+        def connect(self) -> None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            sock.connect(path)
+            self.sock = sock
+
+    return UnixHTTP("localhost", timeout=60)
 
 
 def _cleanup(folder: str) -> None:
@@ -117,7 +121,7 @@ class XllamaModel:
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._specials: tuple[int, int | None] | None = None  # (tokens added to every text, marker id)
         self._server: Any = None
-        self._conn: _UnixHTTP | None = None
+        self._conn: http.client.HTTPConnection | None = None
         self._folder = tempfile.mkdtemp(prefix="mdmemory-xllama-")  # 0700: the socket is this user's only
         self._socket = os.path.join(self._folder, "server.sock")
         self._finalizer = weakref.finalize(self, _cleanup, self._folder)
@@ -267,12 +271,12 @@ class XllamaModel:
                 if self._server is None:
                     raise ProviderError(f"the xllamacpp model {os.path.basename(self.path)} is closed")
                 if self._conn is None:
-                    self._conn = _UnixHTTP(self._socket)
+                    self._conn = _unix_http(self._socket)
                 try:
                     self._conn.request("POST", "/tokenize", body=data, headers={"Content-Type": "application/json"})
                     response = self._conn.getresponse()
                     raw = response.read()
-                except (OSError, http.client.HTTPException) as exc:
+                except (OSError, _http_errors()) as exc:
                     self._drop_connection()
                     if attempt < _RETRIES:
                         continue
@@ -287,6 +291,12 @@ class XllamaModel:
                     )
                 return dict(json.loads(raw))
         raise AssertionError("unreachable")
+
+
+def _http_errors() -> type[Exception]:
+    import http.client
+
+    return http.client.HTTPException
 
 
 def _utf8(text: str) -> str:
