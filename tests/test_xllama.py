@@ -342,3 +342,31 @@ def test_a_missing_model_file_still_degrades_the_same_way(minilm_config: dict[st
     config.write_text(config.read_text().replace(str(MINILM), str(tmp_path / "gone.gguf")))
     index = cli("llama_cpp", "index", env=minilm_config)
     assert index.returncode == 0 and "gone.gguf does not exist" in index.stdout + index.stderr
+
+
+HOSTILE = """
+import numpy as np
+p = provider("xllamacpp")
+texts = {
+    "50k words": " ".join(["memory", "search", "agent", "notes"] * 12_500),
+    "long CJK": "東京都の会議で記憶を検索する。" * 4_000,
+    "one huge word": "x" * 200_000,
+    "whitespace": " \\n\\t  \\n",
+    "empty": "",
+    "lone surrogate": "before \\ud800 after \\udfff",
+    "NUL": "a\\x00b\\x00\\x00c",
+    "special tokens as text": "[CLS] [SEP] [PAD] [MASK] </s> <s>" * 200,
+}
+vectors = p.embed_documents(list(texts.values()))
+done(norms=np.linalg.norm(vectors, axis=1).tolist(), finite=bool(np.isfinite(vectors).all()),
+     cut=[p.count_tokens(p.truncate(t)) for t in texts.values()])
+p.close()
+"""
+
+
+def test_hostile_inputs_embed_without_abort() -> None:
+    """What would abort llama.cpp (too many tokens for the context) or break the tokenizer's JSON (lone
+    surrogates, NUL) is cut or cleaned first: every input gets a finite unit vector, the process lives."""
+    facts = child("llama_cpp", HOSTILE, {})
+    assert facts["finite"] and all(abs(n - 1) < 1e-5 for n in facts["norms"]) and len(facts["norms"]) == 8
+    assert all(n <= 512 for n in facts["cut"])
