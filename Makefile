@@ -54,7 +54,7 @@ local-fast: SHELL := /bin/bash
 local-fast: .SHELLFLAGS := -o pipefail -c
 local-fast: $(VENV)/.base
 	$(BUILD_LLAMA)
-	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) "llama-cpp-python==$(LLAMA_VERSION)"
+	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
 	@$(BIN)/python -c "from mdmemory.providers.local import choose_binding as c; print('provider local now uses', c())"
 
 run: $(VENV)/.base

@@ -48,6 +48,7 @@ NAME = "xllamacpp"
 PARALLEL = 8  # server slots: up to this many short inputs share one decode (the provider packs <= n_ctx tokens)
 CACHE_ENTRIES = 16384  # token counts kept per model (a text is a line, a window or a chunk)
 MAX_REQUEST_TEXTS = 512  # texts counted per tokenize request
+MAX_SOCKET_DIR = 90  # bytes of the socket folder's path (TMPDIR), leaving room for "/server.sock"
 _RETRIES = 2  # the server closes an idle keep-alive connection after 5 s, and any after 100 requests
 
 
@@ -123,6 +124,9 @@ class XllamaModel:
         self._server: Any = None
         self._conn: http.client.HTTPConnection | None = None
         self._folder = tempfile.mkdtemp(prefix="mdmemory-xllama-")  # 0700: the socket is this user's only
+        if len(os.fsencode(self._folder)) > MAX_SOCKET_DIR:  # a socket's path has ~108 bytes at most
+            os.rmdir(self._folder)
+            self._folder = tempfile.mkdtemp(prefix="mdmemory-xllama-", dir="/tmp")
         self._socket = os.path.join(self._folder, "server.sock")
         self._finalizer = weakref.finalize(self, _cleanup, self._folder)
         try:
