@@ -209,7 +209,10 @@ class XllamaModel:
         if not isinstance(reply, dict) or "error" in reply:
             error = reply.get("error") if isinstance(reply, dict) else reply
             message = error.get("message") if isinstance(error, dict) else error
-            raise ProviderError(f"xllamacpp failed to embed with {os.path.basename(self.path)}: {message}")
+            raise ProviderError(
+                f"xllamacpp failed to embed with {os.path.basename(self.path)}: {message}. Fix: check that the "
+                "file is an embedding model; llama-cpp-python (`make local-fast`) is used instead when installed"
+            )
         rows = sorted(reply["data"], key=lambda d: d["index"])
         return [row["embedding"] for row in rows]
 
@@ -286,7 +289,8 @@ class XllamaModel:
                         continue
                     raise ProviderError(
                         f"xllamacpp's tokenizer for {os.path.basename(self.path)} does not answer on "
-                        f"{self._socket} ({exc})"
+                        f"{self._socket} ({exc}). Fix: check that the temporary folder is writable and not "
+                        "cleaned while mdmemory runs (TMPDIR), then try again"
                     ) from exc
                 if response.status != 200:
                     raise ProviderError(
