@@ -160,6 +160,20 @@ before = len(os.listdir("/proc/self/task"))
 p.load()
 model = p._llm
 folder = Path(model._folder)
+def socket_inodes():
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+mine = socket_inodes()
+tcp = [line.split() for name in ("/proc/net/tcp", "/proc/net/tcp6") for line in open(name).read().splitlines()[1:]]
+unix = [line.split() for line in open("/proc/net/unix").read().splitlines()[1:]]
+listening = dict(tcp=[t[1] for t in tcp if t[9] in mine], unix=[u[-1] for u in unix if u[6] in mine and len(u) > 7])
 started = dict(mode=oct(folder.stat().st_mode & 0o777), files=sorted(x.name for x in folder.iterdir()),
                threads=len(os.listdir("/proc/self/task")) - before)
 p.embed_documents(["hello"])
@@ -174,7 +188,8 @@ try:
     closed = "no error"
 except ProviderError as exc:
     closed = str(exc)
-done(started=started, gone=not folder.exists(), left=len(os.listdir("/proc/self/task")) - before, closed=closed,
+done(started=started, listening=listening, socket=str(folder / "server.sock"),
+     gone=not folder.exists(), left=len(os.listdir("/proc/self/task")) - before, closed=closed,
      python_threads=[t.name for t in threading.enumerate() if t is not threading.main_thread()])
 """
 
@@ -183,6 +198,7 @@ def test_the_server_goes_with_close_and_its_socket_folder_too() -> None:
     facts = child("llama_cpp", SHUTDOWN, {})
     assert facts["started"] == {"mode": "0o700", "files": ["server.sock"], "threads": facts["started"]["threads"]}
     assert facts["started"]["threads"] > 2  # the server's HTTP and compute threads
+    assert facts["listening"] == {"tcp": [], "unix": [facts["socket"]]}  # never a TCP port
     assert facts["gone"] and facts["left"] <= 1  # one idle worker of a thread pool may stay
     assert facts["python_threads"] == [] and "closed" in facts["closed"]
 
