@@ -82,7 +82,9 @@ p = provider(ARGS["binding"])
 texts, lines, long = ARGS["texts"], ARGS["lines"], ARGS["long"]
 vectors = p.embed_documents(texts)
 cuts = [p.truncate(t) for t in long]
-done(
+ids = [list(p._llm.tokenize(t.encode("utf-8"), add_bos=True, special=False)) for t in texts]
+batch_ids = p._llm.token_lists(texts) if p.binding == "xllamacpp" else ids
+done(ids=ids, batch_ids=batch_ids,
     binding=p.binding, backend=p.cpu_backend, key=p.provider_key, vectors=vectors.tolist(),
     counts=[p.count_tokens(t) for t in texts], batch=p.count_tokens_batch(lines), cuts=cuts,
     cut_counts=[p.count_tokens(c) for c in cuts], over=[p.count_tokens(t[: len(c) + 1]) for t, c in zip(long, cuts)],
@@ -137,6 +139,7 @@ def test_vectors_match_llama_cpp_python_on_varied_text(measured: dict[str, dict[
 def test_token_counts_are_identical_one_by_one_and_in_a_batch(measured: dict[str, dict[str, Any]]) -> None:
     ref, cand = measured["llama-cpp-python"], measured["xllamacpp"]
     assert cand["counts"] == ref["counts"]
+    assert cand["ids"] == ref["ids"] and cand["batch_ids"] == ref["ids"]  # as embedded: one request for many
     assert cand["batch"] == ref["batch"] and len(cand["batch"]) == len(LINES)  # more than one request's worth
     assert cand["counts"][ALL.index("")] == 2  # [CLS] [SEP]: the special tokens are counted
 
