@@ -3,6 +3,9 @@
 #   make test  - install the test dependencies (compiles llama-cpp-python once) and run the whole suite
 #   make lint  - ruff, mypy, the import contracts (CI runs it before the tests); make graph - the import graph
 # and, for the release: make dist-check - the built wheel installed in a fresh virtualenv, every extra smoked
+# and one for faster local vectors:
+#   make local-fast - compile llama-cpp-python for this venv (~20 min, progress shown); mdmemory then uses it
+#                     instead of xllamacpp, the prebuilt binding the `local` extra installs (docs/providers.md)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -17,7 +20,19 @@ LLAMA_VERSION ?= 0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF
 WHEELHOUSE ?= $(HOME)/.cache/mdmemory/wheels/$(shell echo '$(LLAMA_VERSION) $(LLAMA_CMAKE_ARGS) $(shell uname -m)' | sha1sum | cut -c1-12)
 
-.PHONY: run test venv bench lint graph clean dist-check llama-wheel
+.PHONY: run test venv bench lint graph clean dist-check llama-wheel local-fast
+
+# Compile the llama-cpp-python wheel into the wheelhouse unless it is there, printing [compiled/total] file
+# for each of the ~390 compile steps (the whole build log goes to $(WHEELHOUSE)/build.log).
+define BUILD_LLAMA
+	@mkdir -p $(WHEELHOUSE)
+	@ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
+	  echo "compiling llama-cpp-python $(LLAMA_VERSION) once, every CPU variant (about 20 minutes on 2 cores)"; \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel -v --no-cache-dir \
+	    --no-deps -w $(WHEELHOUSE) "llama-cpp-python==$(LLAMA_VERSION)" 2>&1 | tee $(WHEELHOUSE)/build.log \
+	    | sed -unE 's|^ *\[([0-9]+)/([0-9]+)\] .* -o ([^ ]*/)?([^ /]+) .*|  [\1/\2] \4|p' \
+	  || { echo "the build failed: see $(WHEELHOUSE)/build.log"; exit 1; }; }
+endef
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +43,10 @@ $(VENV)/.base: $(BIN)/python pyproject.toml
 	touch $@
 
 # The llama-cpp-python wheel in the wheelhouse, compiled once when it is not there yet.
+llama-wheel: SHELL := /bin/bash
+llama-wheel: .SHELLFLAGS := -o pipefail -c
 llama-wheel: $(BIN)/python
-	@mkdir -p $(WHEELHOUSE)
-	@ls $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || { \
-	  echo "compiling llama-cpp-python $(LLAMA_VERSION) once, every CPU variant (about 20 minutes on 2 cores)"; \
-	  CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip wheel --quiet --no-cache-dir --no-deps -w $(WHEELHOUSE) \
-	    "llama-cpp-python==$(LLAMA_VERSION)"; }
+	$(BUILD_LLAMA)
 
 $(VENV)/.test: $(BIN)/python pyproject.toml | llama-wheel
 	$(BIN)/pip install --quiet --force-reinstall --no-deps $(WHEELHOUSE)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
@@ -41,6 +54,10 @@ $(VENV)/.test: $(BIN)/python pyproject.toml | llama-wheel
 	touch $@ $(VENV)/.base
 
 venv: $(VENV)/.base
+
+local-fast: $(VENV)/.base | llama-wheel
+	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
+	@$(BIN)/python -c "from mdmemory.providers.local import choose_binding as c; print('provider local now uses', c())"
 
 run: $(VENV)/.base
 	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory index

@@ -7,8 +7,8 @@
 2. A fresh virtualenv, the wheel installed, run from outside the source tree: ``make run``'s job (index
    workspace-template/ into a temporary state folder, the two sample searches, status) with the installed
    command.
-3. Every extra of pyproject.toml installed from the wheel in turn, and what it is for started: ``local`` (the
-   llama.cpp binding from the wheelhouse, never compiled here; with the shared MiniLM model, a hybrid index
+3. Every extra of pyproject.toml installed from the wheel in turn, and what it is for started: ``local`` (its
+   prebuilt llama.cpp binding, xllamacpp: nothing compiled; with the shared MiniLM model, a hybrid index
    and search and ``model pull`` finding it), ``remote`` (the OpenAI client wired in), ``mcp`` (the server
    answers ``tools/list`` and a search over stdio), ``server`` (``mdmemory serve`` answers ``/healthz`` and a
    recall), ``postgres`` (the driver reports an unreachable database as the store state), ``bench``
@@ -183,8 +183,10 @@ def make_run(check: Check) -> str:
 
 # -- 3. each extra, installed from the wheel ------------------------------------------------------------------------
 def smoke_local(check: Check) -> str:
-    modules = "llama_cpp, huggingface_hub, gguf, safetensors, mdmemory.providers.local"
-    check.run(check.bin / "python", "-c", f"import {modules}")
+    modules = "huggingface_hub, gguf, safetensors, mdmemory.providers.local as local"
+    binding = check.run(check.bin / "python", "-c", f"import {modules}; print(local.choose_binding())").strip()
+    if binding != "xllamacpp":  # the extra's own binding: prebuilt, nothing compiled
+        raise Failed(f"the local extra's binding is {binding!r}, not xllamacpp")
     if check.model is None or not check.model.is_file():
         check.mdmemory("model", "convert", "--help", env=check.home("local"))
         return f"imports; no model at {check.model}: no hybrid search run"
@@ -196,7 +198,7 @@ def smoke_local(check: Check) -> str:
     pulled = json.loads(check.mdmemory("model", "pull", "--json", env=env))
     if not pulled["alreadyPresent"]:
         raise Failed(f"model pull of the configured local model: {pulled}")
-    return f"hybrid search with {check.model.name}; model pull finds it there"
+    return f"hybrid search with {check.model.name} through {binding}; model pull finds it there"
 
 
 def smoke_remote(check: Check) -> str:

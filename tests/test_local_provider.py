@@ -91,6 +91,7 @@ def test_missing_and_invalid_model_files_name_the_path(tmp_path: Path, tiny_gguf
 
 def test_missing_llama_cpp_says_how_to_install(tiny_gguf: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # without either binding (test_xllama: with xllamacpp)
     with pytest.raises(ProviderError, match=r"pip install 'mdmemory\[local\]'"):
         LocalEmbeddingProvider(str(tiny_gguf), tmp_path).load()
 

@@ -20,6 +20,7 @@ from mdmemory.cli.agent_commands import register as register_agent_commands
 from mdmemory.cli.output import write
 from mdmemory.cli.parsers import EXIT_USAGE, OnlyOne, Parser, QuietParser, Refused
 from mdmemory.cli.service_commands import register as register_service_commands
+from mdmemory.cli.setup_commands import register as register_setup_commands
 from mdmemory.cli.store_commands import register as register_store_commands
 from mdmemory.search.arguments import check_search_arguments
 from mdmemory.util.display import display_name, display_text
@@ -103,6 +104,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p.add_argument("--type", dest="out_type", choices=["f32", "f16", "q8_0"], default="f16")
     p.set_defaults(func=cmd_model_convert, needs_memory=False)
 
+    register_setup_commands(sub, common)
     register_agent_commands(sub, common)
     register_service_commands(sub, common, SocketCommands)
     register_store_commands(sub, common, parser_class)

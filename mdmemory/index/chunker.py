@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from bisect import bisect_right
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,8 +92,12 @@ def chunk_markdown(
     tokens: int = 400,
     overlap: int = 80,
     count_tokens: TokenCounter = estimate_tokens,
+    count_many: Callable[[Sequence[str]], list[int]] | None = None,
 ) -> list[Chunk]:
     """Split Markdown ``text`` into chunks of at most ``tokens`` tokens, as counted by ``count_tokens``.
+
+    ``count_many``, when given, counts many texts at once as ``count_tokens`` would (a provider whose
+    tokenizer costs a request per call counts every line's cost in one).
 
     ``path`` is stored on every chunk as given. Consecutive chunks share about ``overlap`` tokens of
     whole lines (capped at half of ``tokens``). Blank lines never start or end a chunk and empty or
@@ -105,7 +110,7 @@ def chunk_markdown(
     if not text.strip():
         return []
     overlap = min(overlap, tokens // 2)
-    doc = _analyse(split_lines(text), count_tokens)
+    doc = _analyse(split_lines(text), count_tokens, count_many)
     chunks: list[Chunk] = []
     prev: tuple[int, int] | None = None  # first and last line of the previous line-range chunk
     fresh, n = 0, len(doc.lines)
@@ -135,11 +140,12 @@ def _chunk(path: str, first: int, last: int, text: str, heading: str) -> Chunk:
     return Chunk(path, first + 1, last + 1, text, digest, heading)
 
 
-def _analyse(lines: list[str], count: TokenCounter) -> _Doc:
+def _analyse(lines: list[str], count: TokenCounter, count_many: Callable[[Sequence[str]], list[int]] | None) -> _Doc:
     """Token cost, boundary rank and heading path of every line."""
     n = len(lines)
     blank = [not line.strip() for line in lines]
-    cost = [count(line) if b else count(line + "\n") for line, b in zip(lines, blank, strict=True)]
+    costed = [line if b else line + "\n" for line, b in zip(lines, blank, strict=True)]
+    cost = count_many(costed) if count_many is not None else [count(t) for t in costed]
     rank = [_BLOCK if i and blank[i - 1] else _LINE for i in range(n)]
     hard: list[tuple[int, int]] = []
     front = _front_matter_end(lines)

@@ -138,7 +138,16 @@ class ChunkEmbedder:
 
     def inputs(self, chunk: Chunk | ChunkRow) -> Inputs:
         window = self.settings.chunking.window_tokens
-        count = self.provider.count_tokens if window else None
+        count = None
+        if window:  # the lines' costs counted at once (one request for a provider that tokenizes remotely)
+            provider = self.provider
+            lines = list(dict.fromkeys(line for line in chunk.text.split("\n") if line.strip()))
+            costs = dict(zip(lines, provider.count_tokens_batch(lines), strict=True))
+
+            def count(text: str) -> int:
+                known = costs.get(text)
+                return provider.count_tokens(text) if known is None else known
+
         return [(sha256(t), t) for t in embedding_inputs(chunk, window, count)]
 
     def known_vectors(self, rows: Sequence[ChunkRow], counts: Counts) -> list[ChunkVectors | None]:

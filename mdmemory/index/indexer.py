@@ -21,6 +21,7 @@ from mdmemory.store.api import IndexStore
 from mdmemory.store.lines import VIRTUAL_SIZE
 from mdmemory.util.errors import ProviderError, SyncCancelled
 from mdmemory.util.fileread import read_text
+from mdmemory.util.tokens import estimate_tokens
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
 
@@ -305,13 +306,14 @@ class Indexer:
 
     def write_text(self, file_row: FileRow, text: str, report: SyncReport) -> None:
         """Chunk ``text`` as ``file_row.path``'s content and replace that file's rows with it."""
-        counter = self.provider.count_tokens if self.provider else None
+        provider = self.provider
         chunks = chunk_markdown(
             text,
             file_row.path,
             tokens=self.settings.chunking.tokens,
             overlap=self.settings.chunking.overlap,
-            **({"count_tokens": counter} if counter else {}),
+            count_tokens=provider.count_tokens if provider else estimate_tokens,
+            count_many=provider.count_tokens_batch if provider else None,
         )
         path, source = file_row.path, file_row.source
         rows = [

@@ -104,9 +104,17 @@ class EmbeddingProvider(ABC):
         """Tokens ``text`` costs for this model. Providers with a real tokenizer override this."""
         return estimate_tokens(text)
 
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text; a provider whose counter has a per-call cost counts them at once."""
+        return [self.count_tokens(t) for t in texts]
+
     def truncate(self, text: str) -> str:
         """Cut ``text`` to at most ``max_input_tokens`` tokens."""
         return truncate_to_tokens(text, self.max_input_tokens, self.count_tokens)
+
+    def truncate_all(self, texts: Sequence[str]) -> list[str]:
+        """``truncate`` of each text (a provider may count them in one batch first)."""
+        return [self.truncate(t) for t in texts]
 
     def prepare_document(self, text: str) -> str:
         """Text as sent for a document (a provider may add a prefix such as ``"search_document: "``)."""
@@ -196,7 +204,7 @@ class EmbeddingProvider(ABC):
 
         if not texts:
             return np.zeros((0, self.dims or 0), dtype=np.float32)
-        prepared = [self.truncate(t) for t in texts]
+        prepared = self.truncate_all(texts)
         out: list[np.ndarray] = []
         for batch in self._batches(prepared):
             out.append(self._call_with_retry(batch))

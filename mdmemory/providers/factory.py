@@ -41,10 +41,12 @@ def _api_key(settings: MemorySearchConfig, env: Mapping[str, str]) -> str | None
 
 def local_model_on_disk(settings: MemorySearchConfig, home: Path) -> bool:
     """True when the local extra is installed and the model file is present (never downloads)."""
-    try:
-        import llama_cpp  # noqa: F401
+    from mdmemory.providers import native, xllama
 
-        from mdmemory.providers.local import is_model_available
+    if not (native.available() or xllama.available()):
+        return False
+    try:
+        from mdmemory.providers.model_files import is_model_available
     except ImportError:
         return False
     return is_model_available(settings.local.model_path, model_cache_dir(settings, home))
@@ -66,9 +68,11 @@ def build(
         return HashEmbeddingProvider(dims=settings.remote.dimensions or 384)
     if name == "local":
         try:
-            from mdmemory.providers.local import LocalEmbeddingProvider, is_model_available, resolve_model_path
+            from mdmemory.providers.local import LocalEmbeddingProvider, choose_binding
+            from mdmemory.providers.model_files import is_model_available, resolve_model_path
         except ImportError as exc:
-            raise ProviderError(f"local provider unavailable ({exc}): pip install 'mdmemory[local]'") from exc
+            raise ProviderError(f"local provider unavailable ({exc}). Fix: pip install 'mdmemory[local]'") from exc
+        binding = choose_binding()  # raises when no llama.cpp binding is installed: keyword-only, like no model
         model_path = model or settings.local.model_path
         if not is_model_available(model_path, model_cache_dir(settings, home)):
             if model_path.startswith("hf:"):
@@ -84,6 +88,7 @@ def build(
             context_size=settings.local.context_size,
             query_prefix=settings.local.query_prefix,
             document_prefix=settings.local.document_prefix,
+            binding=binding,
         )
     if name == "openai":
         try:

@@ -1,7 +1,10 @@
-"""Local embeddings from a GGUF model through llama-cpp-python (``provider: "local"``).
+"""Local embeddings from a GGUF model through llama.cpp (``provider: "local"``).
 
-The model is a file path or ``hf:owner/repo/file.gguf`` (resolved in a Hugging Face cache folder; downloaded
-only when allowed, or by ``pull_model``). ``llama_cpp`` is imported and the model loaded on first use.
+Two bindings: llama-cpp-python (compiled; preferred when installed: faster here) and xllamacpp (binary
+wheels; what the ``local`` extra installs), see ``choose_binding`` and ``mdmemory.providers.xllama``.
+
+The model is a file path or ``hf:owner/repo/file.gguf`` (``mdmemory.providers.model_files``). The binding is
+imported and the model loaded on first use.
 
 llama.cpp aborts the whole process (a C-level abort, not an exception) when one sequence has more tokens
 than ``n_ubatch`` or than the model's trained context. So every text is measured with the model's own
@@ -12,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -21,14 +23,54 @@ from typing import Any
 
 import numpy as np
 
-from mdmemory.providers import native, probe
+from mdmemory.providers import native, probe, xllama
 from mdmemory.providers.base import EmbeddingProvider
+from mdmemory.providers.model_files import (  # noqa: F401 - re-exported: the model file helpers' old home
+    HF_PREFIX,
+    is_model_available,
+    parse_hf_uri,
+    pull_model,
+    read_gguf_header,
+    resolve_model_path,
+)
 from mdmemory.providers.runner import Runner
 from mdmemory.util.errors import ProviderError
 from mdmemory.util.tokens import truncate_to_tokens
 
-HF_PREFIX = "hf:"
 INSTALL_HINT = native.INSTALL_HINT
+LLAMA_CPP_PYTHON = "llama-cpp-python"
+BINDINGS = (LLAMA_CPP_PYTHON, xllama.NAME)
+
+
+def choose_binding() -> str:
+    """The llama.cpp binding to use: llama-cpp-python when installed (the faster one here), else xllamacpp.
+
+    Raises ``ProviderError`` with the install command when neither is installed."""
+    if xllama.loaded():  # this process runs it already: the other binding cannot join it
+        return xllama.NAME
+    if native.available():
+        return LLAMA_CPP_PYTHON
+    if xllama.available():
+        return xllama.NAME
+    raise ProviderError(
+        "the local provider needs a llama.cpp binding and neither xllamacpp nor llama-cpp-python is installed. "
+        f"Fix: {INSTALL_HINT} (installs xllamacpp, a prebuilt wheel), or build llama-cpp-python for this CPU "
+        "with `make local-fast` in a clone"
+    )
+
+
+def _check_alone(binding: str) -> None:
+    """Refuse to load ``binding`` into a process that runs the other one (their llama.cpp symbols clash)."""
+    other = LLAMA_CPP_PYTHON if binding == xllama.NAME and native.loaded() else None
+    other = other or (xllama.NAME if binding == LLAMA_CPP_PYTHON and xllama.loaded() else None)
+    if other:
+        raise ProviderError(
+            f"the local provider cannot use {binding}: this process has loaded {other} already, and the two "
+            "llama.cpp libraries cannot share a process. Fix: use one binding per process (mdmemory picks "
+            "llama-cpp-python when it is installed, else xllamacpp)"
+        )
+
+
 MIN_CONTEXT = 16
 
 # (pattern on the model's file name / URI / GGUF name, query prefix, document prefix)
@@ -53,100 +95,6 @@ def family_prefixes(*names: str) -> tuple[str, str]:
     return "", ""
 
 
-# -- model files ----------------------------------------------------------------------------------------
-
-
-def parse_hf_uri(uri: str) -> tuple[str, str]:
-    """Split ``hf:owner/repo/path/file.gguf`` into (``owner/repo``, ``path/file.gguf``)."""
-    parts = uri[len(HF_PREFIX) :].strip("/").split("/")
-    if not uri.startswith(HF_PREFIX) or len(parts) < 3 or not all(parts):
-        raise ProviderError(f"bad model URI {uri!r}: expected hf:owner/repo/file.gguf")
-    return "/".join(parts[:2]), "/".join(parts[2:])
-
-
-def _hub() -> Any:
-    try:
-        import huggingface_hub
-    except ImportError as exc:
-        raise ProviderError(
-            f"hf: model URIs need huggingface_hub, which is not installed here ({_cause(exc)}): {INSTALL_HINT}, "
-            "or only it: pip install huggingface-hub"
-        ) from exc
-    return huggingface_hub
-
-
-def resolve_model_path(model_path: str, cache_dir: Path, allow_download: bool = False) -> Path:
-    """Local file for ``model_path`` (a path or ``hf:`` URI). Downloads only when ``allow_download``."""
-    if not model_path.startswith(HF_PREFIX):
-        path = Path(model_path).expanduser()
-        if not path.is_file():
-            raise ProviderError(
-                f"local embedding model file {path} does not exist: check the path, or set "
-                "memorySearch.local.modelPath to an existing .gguf file (`mdmemory model convert SRC OUT` makes "
-                "one from a sentence-transformers folder) or to hf:owner/repo/file.gguf"
-            )
-        return path
-    repo_id, filename = parse_hf_uri(model_path)
-    hub = _hub()  # not installed: its own error, with the install command
-    try:
-        found = hub.hf_hub_download(repo_id, filename, cache_dir=str(cache_dir), local_files_only=not allow_download)
-    except Exception as exc:  # offline, not cached, 404, network: all mean "no file"
-        how = "the download failed" if allow_download else "it is not in the cache and downloads are off"
-        raise ProviderError(
-            f"model {model_path} is not available ({how}: {_cause(exc)}). Cache folder: {cache_dir}. "
-            f"Run `mdmemory model pull {model_path}` while online, or download {filename} from "
-            f"https://huggingface.co/{repo_id} yourself and set memorySearch.local.modelPath to that file"
-        ) from exc
-    return Path(found)
-
-
-def is_model_available(model_path: str, cache_dir: Path) -> bool:
-    """True when the model file is on disk already (never downloads); for provider auto-selection."""
-    if not model_path.startswith(HF_PREFIX):
-        return Path(model_path).expanduser().is_file()
-    try:
-        repo_id, filename = parse_hf_uri(model_path)
-        found = _hub().try_to_load_from_cache(repo_id, filename, cache_dir=str(cache_dir))
-    except ProviderError:
-        return False
-    return isinstance(found, str) and Path(found).is_file()
-
-
-def _cause(exc: BaseException) -> str:
-    """An exception as one line for a message: its type and the first line of what it says."""
-    said = str(exc).strip().splitlines()
-    return type(exc).__name__ + (f": {said[0][:300]}" if said else "")
-
-
-def pull_model(uri: str, cache_dir: Path) -> tuple[Path, bool]:
-    """The model file for ``uri`` and whether it was there already: a local GGUF file that exists, or an
-    ``hf:`` model in ``cache_dir``; else an ``hf:`` model is downloaded into ``cache_dir`` with a progress bar.
-    Raises ``ProviderError`` saying why not (a missing local file, not a GGUF file, no huggingface_hub, the
-    download's own error)."""
-    if not uri.startswith(HF_PREFIX):
-        path = resolve_model_path(uri, cache_dir)  # a missing file: the message says how to get one
-        read_gguf_header(path)  # and one that is not a model says so
-        return path, True
-    if is_model_available(uri, cache_dir):
-        return resolve_model_path(uri, cache_dir), True
-    return resolve_model_path(uri, cache_dir, allow_download=True), False
-
-
-_GGUF_SCALAR = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-
-
 def decode_groups(sized: Sequence[tuple[str, int]], limit: int, shared_max: int) -> list[list[str]]:
     """Texts (with their token counts, in order) grouped for llama.cpp decodes: consecutive inputs of at most
     ``shared_max`` tokens share a decode while their tokens fit ``limit``; a longer input is decoded alone."""
@@ -161,43 +109,6 @@ def decode_groups(sized: Sequence[tuple[str, int]], limit: int, shared_max: int)
             groups.append([text])
             used = n if shared else 0
     return groups
-
-
-def read_gguf_header(path: Path) -> dict[str, Any]:
-    """Scalar and string metadata of a GGUF file, up to the tokenizer arrays (cheap; no tensors read).
-
-    Raises ``ProviderError`` when the file is not a GGUF file.
-    """
-
-    def read(fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        raw = fh.read(size)
-        if len(raw) != size:
-            raise ProviderError(f"{path} is truncated: download or convert the model again")
-        return struct.unpack(fmt, raw)[0]
-
-    def read_str() -> str:
-        return fh.read(read("<Q")).decode("utf-8", errors="replace")
-
-    meta: dict[str, Any] = {}
-    try:
-        with open(path, "rb") as fh:
-            if fh.read(4) != b"GGUF" or read("<I") < 2:
-                raise ProviderError(
-                    f"{path} is not a GGUF model file (v2+): point memorySearch.local.modelPath at a .gguf file, "
-                    "or make one from a sentence-transformers folder with `mdmemory model convert SRC OUT`"
-                )
-            read("<Q")  # tensor count
-            for _ in range(read("<Q")):
-                key, vtype = read_str(), read("<I")
-                if key.startswith("tokenizer.") or vtype == 9:  # arrays (vocabularies) come last: stop
-                    break
-                meta[key] = read_str() if vtype == 8 else read(_GGUF_SCALAR[vtype])
-    except OSError as exc:
-        raise ProviderError(f"cannot read model file {path}: {exc}") from exc
-    except KeyError as exc:
-        raise ProviderError(f"{path} has unknown GGUF metadata: is the file corrupt?") from exc
-    return meta
 
 
 # -- the provider ---------------------------------------------------------------------------------------
@@ -220,9 +131,13 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         query_prefix: str | None = None,
         document_prefix: str | None = None,
         allow_download: bool = False,
+        binding: str | None = None,
     ) -> None:
         if context_size is not None and context_size < MIN_CONTEXT:
             raise ProviderError(f"local context size {context_size} is too small: use at least {MIN_CONTEXT}")
+        if binding is not None and binding not in BINDINGS:
+            raise ProviderError(f"unknown llama.cpp binding {binding!r}: use {' or '.join(BINDINGS)}")
+        self.binding = binding or choose_binding()
         self.model_path = str(model_path)
         self.cache_dir = Path(cache_dir)
         self.threads = threads or os.cpu_count() or 1
@@ -245,7 +160,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.dims = None
         self.max_input_tokens = context_size or 512  # replaced by the real limit in load()
         self._llm: Any = None
-        self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load())
+        self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load()); "xllamacpp"
         self._lock = threading.RLock()  # loading, embedding and closing
         self._vocab_lock = threading.Lock()  # tokenizing (read-only in llama.cpp: it need not wait for an embedding)
         self._runner = Runner(f"mdmemory-{self.id}")  # every llama.cpp computation runs on its thread
@@ -265,6 +180,12 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             if not isinstance(n_ctx_train, int) or n_ctx_train <= 0:
                 raise ProviderError(f"{path} has no {arch}.context_length: is it a complete GGUF model?")
             n = min(n_ctx_train, self.context_size) if self.context_size else n_ctx_train
+            _check_alone(self.binding)
+            if self.binding == xllama.NAME:
+                self._llm = self._open_xllama(path, n, header.get(f"{arch}.embedding_length"))
+                self.dims = int(self._llm.n_embd())
+                self.max_input_tokens = n
+                return
             # a crash here kills a child, not us; on the backend this process runs already, if it runs one
             variant = probe.ensure_runs(path, n, self.threads, loaded=native.loaded_variant())
             llama_cpp, self.cpu_backend = native.load_llama_cpp(variant)
@@ -278,6 +199,13 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             self._llm = llm
             self.dims = int(llm.n_embd())
             self.max_input_tokens = n
+
+    def _open_xllama(self, path: Path, n: int, n_embd: object) -> xllama.XllamaModel:
+        if not isinstance(n_embd, int) or n_embd <= 0:
+            raise ProviderError(f"{path} has no embedding_length: is it a complete GGUF embedding model?")
+        probe.ensure_runs_xllamacpp(path, n, self.threads)  # a crash here kills a child, not us
+        self.cpu_backend = xllama.NAME
+        return xllama.XllamaModel(str(path), n, self.threads, n_embd)
 
     def close(self) -> None:
         with self._lock:
@@ -300,6 +228,9 @@ class LocalEmbeddingProvider(EmbeddingProvider):
             self._runner.call(self._apply_threads)
 
     def _apply_threads(self) -> None:
+        if isinstance(self._llm, xllama.XllamaModel):
+            self._llm.set_threads(self.threads)
+            return
         ctx: Any = getattr(self._llm, "_ctx", None)  # llama-cpp-python's context wrapper (0.3.x)
         if hasattr(ctx, "set_n_threads"):
             ctx.set_n_threads(self.threads, self.threads)
@@ -321,7 +252,26 @@ class LocalEmbeddingProvider(EmbeddingProvider):
 
     def count_tokens(self, text: str) -> int:
         """Exact tokens llama.cpp feeds the model for ``text``, special tokens ([CLS], [SEP]...) included."""
+        if isinstance(self._llm, xllama.XllamaModel):  # through its cache: a request costs ~200 us
+            return self.count_tokens_batch([text])[0]
         return len(self._tokenize(text))
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        """``count_tokens`` of each text; xllamacpp counts them in one request (or from its cache)."""
+        while True:
+            self.load()
+            with self._vocab_lock:
+                llm = self._llm
+                if isinstance(llm, xllama.XllamaModel):
+                    return llm.token_counts(texts)
+            if llm is not None:  # else closed between load() and here: load again
+                return [self.count_tokens(t) for t in texts]
+
+    def truncate_all(self, texts: Sequence[str]) -> list[str]:
+        """``truncate`` of each text, counted in one batch first: most texts fit as they are."""
+        self.load()
+        counts = self.count_tokens_batch(texts)
+        return [t if n <= self.max_input_tokens else self.truncate(t) for t, n in zip(texts, counts, strict=True)]
 
     def truncate(self, text: str) -> str:
         """Longest prefix of ``text`` whose tokens, specials included, fit the loaded context."""
@@ -362,8 +312,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         fit the context; a longer input is decoded alone (attention over one long batch costs more than
         it saves)."""
         sized: list[tuple[str, int]] = []
-        for text in texts:
-            n = self.count_tokens(text)
+        for text, n in zip(texts, self.count_tokens_batch(texts), strict=True):
             if n > self.max_input_tokens:
                 text = self.truncate(text)
                 n = self.count_tokens(text)
@@ -382,8 +331,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         other requests need; on a busy machine a descheduled team member stalled a query for a second.
         Measured with 8 concurrent recalls on 2 cores (README, "Memory service"): p95 480-1825 ms on two
         threads, 119-160 ms on one."""
-        if self.threads <= self.QUERY_THREADS:
-            return work()
+        if self.threads <= self.QUERY_THREADS or isinstance(self._llm, xllama.XllamaModel):
+            return work()  # xllamacpp's thread count is fixed while its server runs
         ctx: Any = getattr(self._llm, "_ctx", None)  # llama-cpp-python's context wrapper (0.3.x)
         if not hasattr(ctx, "set_n_threads"):
             return work()

@@ -48,6 +48,21 @@ _lock = threading.Lock()
 _loaded: str | None = None  # the variant loaded into this process ("builtin" for a linked-in backend)
 
 
+def available() -> bool:
+    """True when llama-cpp-python can be found (not imported: that loads its libraries)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("llama_cpp") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def loaded() -> bool:
+    """True when this process has llama-cpp-python's ``libllama`` mapped (imported, whatever sys.modules says)."""
+    return mapped_library("libllama.") is not None
+
+
 def import_llama_cpp() -> ModuleType:
     """``import llama_cpp``, mapping a missing or broken install to ProviderError with the fix."""
     try:
@@ -152,12 +167,12 @@ def _quiet(llama_cpp: ModuleType) -> None:
 
 def loaded_variant() -> str | None:
     """Which ``libggml-cpu-*.so`` this process has mapped (Linux), if any."""
-    path = _mapped("libggml-cpu-")
+    path = mapped_library("libggml-cpu-")
     m = _VARIANT_FILE.match(os.path.basename(path)) if path else None
     return m.group(1) if m else None
 
 
-def _mapped(prefix: str) -> str | None:
+def mapped_library(prefix: str) -> str | None:
     """The path of the first shared library mapped into this process whose name starts with ``prefix``."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
@@ -176,7 +191,7 @@ def _libggml(llama_cpp: ModuleType) -> ctypes.CDLL:
     The wheel holds ``libggml.so`` and ``libggml.so.0`` as two copies of one file: opening the other copy
     (as ``llama_cpp._ggml`` does) would load a second registry that llama.cpp never sees.
     """
-    mapped = _mapped("libggml.so")
+    mapped = mapped_library("libggml.so")
     package = _package_dir(llama_cpp)
     libggml = ctypes.CDLL(mapped or str(package / "lib" / "libggml.so.0"))
     libggml.ggml_backend_reg_count.restype = ctypes.c_size_t

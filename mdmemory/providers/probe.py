@@ -8,6 +8,9 @@ signal, the probe steps down through the CPU backend variants a portable build s
 (``mdmemory.providers.native``) until one works; if none does, the parent gets a ProviderError naming the
 signal and the fix, and its fallback provider takes over while the process lives on.
 
+The xllamacpp binding (``mdmemory.providers.xllama``) ships one library (AVX2 on x86): its probe
+(``ensure_runs_xllamacpp``) has no variant to step down to, and a crash names the compiled binding as the fix.
+
 Results are cached per library build, model file and CPU (``$MDMEMORY_PROBE_CACHE``, default
 ``~/.cache/mdmemory/probe``), so the probe runs once, not on every start. A timed-out probe is not cached.
 """
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdmemory.providers import native
+from mdmemory.providers import native, xllama
 from mdmemory.util.errors import ProviderError
 
 PROBE_TIMEOUT_SECONDS = 180.0
@@ -78,7 +81,7 @@ def ensure_runs(
         return _ensure_runs_on(model, n_ctx, threads, python or sys.executable, loaded)
     llama_cpp = native.import_llama_cpp()
     shipped = native.variants(native.library_dir(llama_cpp))
-    entry = _cache_entry(llama_cpp, model, n_ctx)
+    entry = _cache_entry(native.library_fingerprint(llama_cpp), model, n_ctx)
     cached = _read(entry)
     if cached is not None:
         if cached.get("ok"):
@@ -120,7 +123,7 @@ def ensure_runs(
 
 def _ensure_runs_on(model: Path, n_ctx: int, threads: int, python: str, variant: str) -> str:
     """``ensure_runs`` for a process that already loaded the CPU backend ``variant``."""
-    entry = _cache_entry(native.import_llama_cpp(), model, n_ctx, f"on {variant}")
+    entry = _cache_entry(native.library_fingerprint(native.import_llama_cpp()), model, n_ctx, f"on {variant}")
     cached = _read(entry)
     if cached is None:
         outcome = _run(python, model, n_ctx, threads, variant)
@@ -145,16 +148,45 @@ def _ensure_runs_on(model: Path, n_ctx: int, threads: int, python: str, variant:
     return variant
 
 
-def _cache_entry(llama_cpp: Any, model: Path, n_ctx: int, *extra: str) -> Path:
-    """Where a probe's outcome is kept: keyed by the llama.cpp build, the model file, the context size, the
-    CPU and Python (and ``extra``, e.g. the backend the process loaded already)."""
+def ensure_runs_xllamacpp(model: Path, n_ctx: int, threads: int, *, python: str | None = None) -> None:
+    """``ensure_runs`` for the xllamacpp binding: load ``model`` and embed with it in a child first.
+
+    Raises ProviderError naming the signal and the fix when the child is killed (its one prebuilt library
+    uses instructions this CPU lacks)."""
+    entry = _cache_entry(xllama.fingerprint(), model, n_ctx, xllama.NAME)
+    cached = _read(entry)
+    if cached is None:
+        outcome = _run(python or sys.executable, model, n_ctx, threads, None, xllama.NAME)
+        if outcome.get("timeout"):
+            raise _timed_out(model)
+        if not outcome["signal"]:
+            if outcome["ok"]:
+                _write(entry, {"ok": True, "at": time.time()})
+            return  # failed without crashing (a damaged file): loading in-process raises it cleanly
+        cached = {
+            "ok": False,
+            "at": time.time(),
+            "error": f"llama.cpp (xllamacpp) was killed by {outcome['signal']} while loading {model.name} on this "
+            f"CPU ({cpu_name()}): xllamacpp's prebuilt library uses instructions this CPU cannot run. Fix: build "
+            "llama-cpp-python for this machine (`make local-fast` in a clone, or `CMAKE_ARGS='-DGGML_NATIVE=OFF "
+            "-DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON' pip install llama-cpp-python`; mdmemory uses it "
+            "when installed), or use another memorySearch.provider",
+        }
+        _write(entry, cached)
+    if not cached.get("ok"):
+        raise ProviderError(cached["error"])
+
+
+def _cache_entry(build: str, model: Path, n_ctx: int, *extra: str) -> Path:
+    """Where a probe's outcome is kept: keyed by the llama.cpp build (``build``, a library fingerprint), the
+    model file, the context size, the CPU and Python (and ``extra``, e.g. the backend the process loaded
+    already)."""
     try:
         st = os.stat(model)
     except OSError as exc:
         raise ProviderError(f"cannot read model file {model}: {exc.strerror or exc}") from exc
     key_src = json.dumps(
-        [native.library_fingerprint(llama_cpp), os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx]
-        + [cpu_identity(), sys.version, *extra]
+        [build, os.path.realpath(model), st.st_size, int(st.st_mtime), n_ctx] + [cpu_identity(), sys.version, *extra]
     )
     return cache_dir() / (hashlib.sha256(key_src.encode()).hexdigest()[:32] + ".json")
 
@@ -166,8 +198,10 @@ def _timed_out(model: Path) -> ProviderError:
     )
 
 
-def _run(python: str, model: Path, n_ctx: int, threads: int, variant: str | None) -> dict[str, Any]:
-    args = json.dumps({"model": str(model), "n_ctx": n_ctx, "threads": threads, "variant": variant})
+def _run(
+    python: str, model: Path, n_ctx: int, threads: int, variant: str | None, binding: str | None = None
+) -> dict[str, Any]:
+    args = json.dumps({"model": str(model), "n_ctx": n_ctx, "threads": threads, "variant": variant, "binding": binding})
     env = {k: v for k, v in os.environ.items() if k != "PYTHONSTARTUP"}
     try:
         proc = subprocess.run(
@@ -214,6 +248,8 @@ def _write(entry: Path, data: dict[str, Any]) -> None:
 def _child(raw: str) -> int:
     """The probe itself: load the backend, say which, load the model, embed one string."""
     args = json.loads(raw)
+    if args.get("binding") == xllama.NAME:
+        return _child_xllamacpp(args)
     try:
         llama_cpp, variant = native.load_llama_cpp(args["variant"])
     except ProviderError as exc:
@@ -222,6 +258,22 @@ def _child(raw: str) -> int:
     print(json.dumps({"variant": variant}), flush=True)  # before anything that may crash
     llm = native.open_model(llama_cpp, args["model"], args["n_ctx"], max(1, min(int(args["threads"]), 2)))
     llm.embed(PROBE_TEXT, normalize=False, truncate=True)
+    print(json.dumps({"ok": True}), flush=True)
+    return 0
+
+
+def _child_xllamacpp(args: dict[str, Any]) -> int:
+    from mdmemory.providers.model_files import read_gguf_header
+
+    path = Path(args["model"])
+    header = read_gguf_header(path)
+    n_embd = header.get(f"{header.get('general.architecture')}.embedding_length")
+    print(json.dumps({"variant": xllama.NAME}), flush=True)  # before anything that may crash
+    model = xllama.XllamaModel(str(path), args["n_ctx"], max(1, min(int(args["threads"]), 2)), int(n_embd or 1))
+    try:
+        model.embed([PROBE_TEXT])
+    finally:
+        model.close()
     print(json.dumps({"ok": True}), flush=True)
     return 0
 
