@@ -21,17 +21,18 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from mdmemory.config.load import AgentConfig, Config
-from mdmemory.engine import worker
-from mdmemory.engine.background import WORKER_BACKOFF, BackgroundWork
 from mdmemory.engine.keeper import IndexKeeper
 from mdmemory.engine.watchstate import read_watch_state
-from mdmemory.index.identity import identity_change
 from mdmemory.providers import deadline
 from mdmemory.store.health import read_health
 from mdmemory.util.errors import EmbeddingsPending, LockError, MdMemoryError, ProviderError, StoreError, WorkspaceError
 
+# Imported where they are used: a command that never searches (``mdmemory get``) pays for none of them.
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from mdmemory.engine.background import BackgroundWork
+    from mdmemory.engine.worker import WorkerInfo
 
 SMALL_CHANGE_FILES = 8  # a search syncs up to this many changed files before answering, embeddings included...
 SMALL_CHANGE_BYTES = 256 * 1024  # ...totalling at most this much
@@ -116,6 +117,8 @@ class CatchUp:
             return self._entries()
         stored = self.keeper.store.get_meta("identity")
         if stored is not None and not self.keeper.indexer.identity_matches():
+            from mdmemory.index.identity import identity_change
+
             return True, [f"{identity_change(stored, self.keeper.indexer.identity())}: {self.start('rebuild')}"]
         notes: list[str] = []
         report: dict[str, Any] = {}
@@ -195,6 +198,8 @@ class CatchUp:
 
     def start(self, purpose: str) -> str:
         """Make sure someone does the background work (a sync, or a rebuild); returns who, for a warning."""
+        from mdmemory.engine import worker
+
         if purpose == "index" and self.background == "owner":
             return "the background indexer of this process (within about a second)"
         watch = read_watch_state(self.agent)
@@ -219,7 +224,7 @@ class CatchUp:
         return "rebuilding in the background" if purpose == "rebuild" else "a background sync in this process"
 
     @staticmethod
-    def _worker_doing(info: worker.WorkerInfo, purpose: str) -> str:
+    def _worker_doing(info: WorkerInfo, purpose: str) -> str:
         if purpose != "rebuild":
             return f"a background worker (pid {info.pid})"
         if info.purpose == "rebuild":
@@ -228,6 +233,9 @@ class CatchUp:
 
     def mismatch_note(self) -> str:
         """What status says about an index built for another identity: who is rebuilding it, or who will."""
+        from mdmemory.engine import worker
+        from mdmemory.index.identity import identity_change
+
         stored = self.keeper.store.get_meta("identity") or {}
         info = worker.running(self.agent.store_path)
         if info is not None:
@@ -242,6 +250,8 @@ class CatchUp:
 
     def worker_state(self) -> dict[str, Any] | None:
         """The background worker process indexing this agent, if one runs: ``{pid, purpose, started}``."""
+        from mdmemory.engine import worker
+
         info = worker.running(self.agent.store_path)
         return info.to_dict() if info is not None else None
 
@@ -252,6 +262,8 @@ class CatchUp:
         return recent and "pending" in error  # recorded by IndexKeeper.sync for EmbeddingsPending
 
     def _busy(self) -> str:
+        from mdmemory.engine import worker
+
         info = worker.running(self.agent.store_path)
         if info is not None:
             return f" (background worker, pid {info.pid})"
@@ -261,6 +273,9 @@ class CatchUp:
     def _start_work(self) -> None:
         """A sync on a connection of its own (this engine's keeps serving searches), retried with the worker's
         backoff while the provider is down or another process writes; it stops when this engine closes."""
+        from mdmemory.engine import worker
+        from mdmemory.engine.background import WORKER_BACKOFF, BackgroundWork
+
         other: Sibling | None = None
 
         def job() -> dict[str, Any]:
