@@ -4,7 +4,7 @@
 #   make lint  - ruff, mypy, the import contracts (CI runs it before the tests); make graph - the import graph
 # and, for the release: make dist-check - the built wheel installed in a fresh virtualenv, every extra smoked
 # and one for faster local vectors:
-#   make local-fast - compile llama-cpp-python for this venv (~20 min, progress shown); mdmemory then uses it
+#   make local-fast - compile llama-cpp-python for this venv (~20 min, progress shown); mdmem then uses it
 #                     instead of xllamacpp, the prebuilt binding the `local` extra installs (docs/providers.md)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,9 +12,9 @@ BIN    := $(VENV)/bin
 STATE  := $(CURDIR)/.state
 # llama-cpp-python is compiled from source (no binary wheel on PyPI) as a portable build: every x86 CPU
 # backend variant (SSE4.2 ... AVX-512, AMX) is built as its own library and llama.cpp picks the one this CPU
-# supports at load time (mdmemory.providers.native), so the same wheel runs on any machine of this kind and
-# no CPU feature is hard-coded here. mdmemory also probes each model in a child process before loading it,
-# stepping down a variant if the best-scored one dies with SIGILL (mdmemory.providers.probe). The built
+# supports at load time (mdmem.providers.native), so the same wheel runs on any machine of this kind and
+# no CPU feature is hard-coded here. mdmem also probes each model in a child process before loading it,
+# stepping down a variant if the best-scored one dies with SIGILL (mdmem.providers.probe). The built
 # wheel is kept in a wheelhouse keyed by version and flags, so later runs reuse it instead of compiling again.
 LLAMA_VERSION ?= 0.3.36
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON -DLLAVA_BUILD=OFF
@@ -57,7 +57,7 @@ venv: $(VENV)/.base
 
 local-fast: $(VENV)/.base | llama-wheel
 	$(BIN)/pip install --quiet --find-links $(WHEELHOUSE) -e ".[local]" "llama-cpp-python==$(LLAMA_VERSION)"
-	@$(BIN)/python -c "from mdmemory.providers.local import choose_binding as c; print('provider local now uses', c())"
+	@$(BIN)/python -c "from mdmem.providers.local import choose_binding as c; print('provider local now uses', c())"
 
 run: $(VENV)/.base
 	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory index
@@ -81,9 +81,9 @@ bench: $(VENV)/.test
 # ruff, mypy, the floors (an import-linter layers contract and no cycles: pyproject.toml [tool.importlinter]),
 # and the graph's shape (no cycle, nothing but __init__/__main__/memory at the root, no module over 450 lines).
 lint: $(VENV)/.test
-	$(BIN)/ruff check mdmemory tests benchmarks scripts
-	$(BIN)/ruff format --check mdmemory tests benchmarks scripts
-	$(BIN)/mypy mdmemory scripts/import_graph.py scripts/dist_check.py
+	$(BIN)/ruff check mdmem tests benchmarks scripts
+	$(BIN)/ruff format --check mdmem tests benchmarks scripts
+	$(BIN)/mypy mdmem scripts/import_graph.py scripts/dist_check.py
 	$(BIN)/lint-imports
 	$(BIN)/python scripts/import_graph.py --check
 	$(BIN)/mkdocs build --strict

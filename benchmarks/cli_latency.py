@@ -1,12 +1,12 @@
-"""Wall time of whole ``mdmemory`` commands, as a runtime that shells out per tool call pays it.
+"""Wall time of whole ``mdmem`` commands, as a runtime that shells out per tool call pays it.
 
 Copies ``workspace-template/`` to a temporary workspace, indexes it once, then runs each command as a new
-process (``python -m mdmemory ...`` with the project's interpreter) ``--runs`` times and prints p50 / p95 in
+process (``python -m mdmem ...`` with the project's interpreter) ``--runs`` times and prints p50 / p95 in
 milliseconds. "warm" runs back to back; "cold" drops the page cache before each run (needs root: writes
 ``/proc/sys/vm/drop_caches``; skipped with a note otherwise). Keyword-only (``provider: "none"``) unless
 ``--model`` names a GGUF, which adds ``search`` with the local model (query embedding included).
-Then the same ``search``, ``get`` and ``pack`` again with ``mdmemory watch`` running for the agent, which
-answers them over its socket (mdmemory.cli.entry, mdmemory.runtime.ipc_server); ``get`` also through the console script.
+Then the same ``search``, ``get`` and ``pack`` again with ``mdmem watch`` running for the agent, which
+answers them over its socket (mdmem.cli.entry, mdmem.runtime.ipc_server); ``get`` also through the console script.
 Targets (issue 14): keyword-only ``search`` p50 <= 150 ms, ``get`` p50 <= 100 ms, and ``search`` with the
 local model through a running daemon <= 60 ms.
 
@@ -91,14 +91,14 @@ def write_config(tmp: Path, model: Path | None) -> Path:
 
 @contextmanager
 def watch_daemon(base: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
-    """``mdmemory watch`` for the config in ``env``, from its socket being up until the block ends."""
+    """``mdmem watch`` for the config in ``env``, from its socket being up until the block ends."""
     with open(log, "w") as out:
         proc = subprocess.Popen([*base, "watch"], env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 120
         while '"event": "socket"' not in log.read_text() or '"event": "sync"' not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"mdmemory watch did not come up: {log.read_text()[-2000:]}")
+                raise SystemExit(f"mdmem watch did not come up: {log.read_text()[-2000:]}")
             time.sleep(0.05)
         yield
     finally:
@@ -130,8 +130,8 @@ def main() -> None:
         env.pop("OPENAI_API_KEY", None)
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # measure as installed: bytecode cached after the first run
         env.pop("MDMEMORY_DAEMON", None)
-        base = [sys.executable, "-m", "mdmemory"]
-        script = Path(sys.executable).parent / "mdmemory"
+        base = [sys.executable, "-m", "mdmem"]
+        script = Path(sys.executable).parent / "mdmem"
         subprocess.run([*base, "index", "--json"], env=env, check=True, stdout=subprocess.DEVNULL)
         for name, argv in COMMANDS.items():
             results[name] = row([*base, *argv], env, args.runs, args.cold_runs, cold_ok)

@@ -9,9 +9,9 @@ nothing from an earlier run helps):
 1. ``python -m venv``                              a fresh virtualenv
 2. ``pip install 'mdmemory-*.whl[local]'``         the wheel with the local extra (xllamacpp: no compile),
                                                      from the package index pip is configured with here
-3. ``mdmemory init WS --model MODEL``              a workspace and a config pointing at the model file
-4. ``mdmemory index``                              the workspace (workspace-template's notes copied in)
-5. ``mdmemory search --json QUERY``                the first hybrid search (checked: mode "hybrid")
+3. ``mdmem init WS --model MODEL``              a workspace and a config pointing at the model file
+4. ``mdmem index``                              the workspace (workspace-template's notes copied in)
+5. ``mdmem search --json QUERY``                the first hybrid search (checked: mode "hybrid")
 
 The model file is at hand (no download): what is timed is the install and the first use. Target: two minutes.
 """
@@ -81,18 +81,16 @@ def run(tmp: Path, model: Path) -> None:
     times = [step("python -m venv", [sys.executable, "-m", "venv", str(venv)], env, tmp)[0]]
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     times.append(step(f"pip install '{wheel.name}[local]'", [*pip, f"{wheel}[local]"], env, tmp)[0])
-    times.append(
-        step("mdmemory init notes --model MODEL", ["mdmemory", "init", str(ws), "--model", str(model)], env, tmp)[0]
-    )
+    times.append(step("mdmem init notes --model MODEL", ["mdmem", "init", str(ws), "--model", str(model)], env, tmp)[0])
     template = ROOT / "workspace-template"  # a few weeks of notes, as a user would have written by now
     with open(ws / "MEMORY.md", "a", encoding="utf-8") as fh:
         fh.write((template / "MEMORY.md").read_text(encoding="utf-8"))
     for log in (template / "memory").glob("*.md"):
         shutil.copy(log, ws / "memory" / log.name)
-    took, out = step("mdmemory index", ["mdmemory", "index", "--json"], env, ws)
+    took, out = step("mdmem index", ["mdmem", "index", "--json"], env, ws)
     times.append(took)
     report = json.loads(out)
-    took, out = step(f'mdmemory search "{QUERY}"', ["mdmemory", "search", "--json", QUERY], env, ws)
+    took, out = step(f'mdmem search "{QUERY}"', ["mdmem", "search", "--json", QUERY], env, ws)
     times.append(took)
     result = json.loads(out)
     if result.get("mode") != "hybrid" or not result.get("results"):
@@ -108,7 +106,7 @@ def run(tmp: Path, model: Path) -> None:
 
 
 def _binding(venv: Path) -> str:
-    code = "from mdmemory.providers.local import choose_binding; print(choose_binding())"
+    code = "from mdmem.providers.local import choose_binding; print(choose_binding())"
     out = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True, text=True)
     return out.stdout.strip() or out.stderr.strip()[-200:]
 

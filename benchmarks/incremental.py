@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config.load import load_config  # noqa: E402
-from mdmemory.index.chunker import chunk_markdown  # noqa: E402
-from mdmemory.index.indexer import embedding_inputs  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
+from mdmem.config.load import load_config  # noqa: E402
+from mdmem.index.chunker import chunk_markdown  # noqa: E402
+from mdmem.index.indexer import embedding_inputs  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent.parent / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 TOPICS = ["backups", "travel", "garden", "dentist", "release", "budget", "concert", "plumbing", "tax", "recipes"]

@@ -1,10 +1,10 @@
-"""Indexing throughput with the shared MiniLM GGUF: mdmemory end to end vs raw llama-cpp-python.
+"""Indexing throughput with the shared MiniLM GGUF: mdmem end to end vs raw llama-cpp-python.
 
-Writes a workspace of daily logs (a few hundred ~400-token chunks), indexes it with mdmemory's real
+Writes a workspace of daily logs (a few hundred ~400-token chunks), indexes it with mdmem's real
 pipeline (discovery, chunking with the model's tokenizer, embedding through the local provider, SQLite
 writes), then embeds exactly the same texts with a bare ``llama_cpp.Llama`` in the same process, short inputs sharing
 decodes as the provider does (the batched baseline).
-Target: mdmemory time / raw time <= 1.10.
+Target: mdmem time / raw time <= 1.10.
 
     python benchmarks/index_throughput.py [--chunks 300] [--model PATH] [--json out.json]
 """
@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config.load import load_config  # noqa: E402
-from mdmemory.index.indexer import embedding_inputs  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.providers.local import LocalEmbeddingProvider, decode_groups  # noqa: E402
+from mdmem.config.load import load_config  # noqa: E402
+from mdmem.index.indexer import embedding_inputs  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
+from mdmem.providers.local import LocalEmbeddingProvider, decode_groups  # noqa: E402
 
 DEFAULT_MODEL = Path(__file__).resolve().parent.parent.parent / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 SUBJECTS = "Dana Mika the team our landlord the vet my sister Priya the client Tomás".split(" ")
@@ -70,7 +70,7 @@ def shared_decodes(llm: Any, texts: list[str], limit: int = 512) -> list[list[st
 
 
 def raw_embed(model: Path, texts: list[str], threads: int) -> float:
-    from mdmemory.providers.native import load_llama_cpp
+    from mdmem.providers.native import load_llama_cpp
 
     llama_cpp, _ = load_llama_cpp()  # the CPU backend a portable build ships
 
@@ -154,14 +154,14 @@ def main() -> None:
     }
     print(f"chunks {result['chunks']}: {n} embedding inputs (windows, or chunks without), {threads} threads")
     print(
-        f"mdmemory index: {md_seconds:7.2f} s  {result['mdmemory_chunks_per_s']:6.2f} chunks/s "
+        f"mdmem index: {md_seconds:7.2f} s  {result['mdmemory_chunks_per_s']:6.2f} chunks/s "
         f"({result['mdmemory_inputs_per_s']:.2f} inputs/s)"
     )
     print(
         f"raw llama-cpp : {raw_seconds:7.2f} s  {result['raw_chunks_per_s']:6.2f} chunks/s "
         f"({result['raw_inputs_per_s']:.2f} inputs/s, the same {len(texts)} texts)"
     )
-    print(f"ratio mdmemory/raw = {result['ratio']:.3f} (target <= 1.10)")
+    print(f"ratio mdmem/raw = {result['ratio']:.3f} (target <= 1.10)")
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

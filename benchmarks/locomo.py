@@ -2,7 +2,7 @@
 
 All dev conversations become ONE memory workspace (the realistic haystack): one ``memory/YYYY-MM-DD.md``
 per date, each session under ``## <time> on <date> — <speakers>``, one ``Speaker: text`` line per turn
-(image turns add ``[shares a photo: caption]``), no dialog ids. The workspace is indexed with mdmemory's
+(image turns add ``[shares a photo: caption]``), no dialog ids. The workspace is indexed with mdmem's
 real pipeline (a config file, ``Memory.open``, ``sync``) and every question goes through ``Memory.search``.
 
 Metric (../shared/bench/locomo/README.md): gold = the lines of a question's evidence turns; recall@k =
@@ -47,9 +47,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.locomo_pack import PackRecall, pack_table  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.util.errors import MdMemoryError  # noqa: E402
-from mdmemory.util.tokens import estimate_tokens  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
+from mdmem.util.errors import MdMemoryError  # noqa: E402
+from mdmem.util.tokens import estimate_tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"

@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mdmemory.engine.packing import candidate_count
-from mdmemory.memory import Memory
-from mdmemory.pack.build import HEADER, SEPARATOR
-from mdmemory.pack.items import cite
-from mdmemory.util.tokens import TokenCounter, estimate_tokens
+from mdmem.engine.packing import candidate_count
+from mdmem.memory import Memory
+from mdmem.pack.build import HEADER, SEPARATOR
+from mdmem.pack.items import cite
+from mdmem.util.tokens import TokenCounter, estimate_tokens
 
 BUDGETS = (500, 1000, 2000)
 Line = tuple[str, int]

@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.memory import Memory  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
 from tests.fake_openai import FakeOpenAIServer, Fault  # noqa: E402
 
 FAULTS = {

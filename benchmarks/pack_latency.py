@@ -32,8 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import locomo  # noqa: E402
-from mdmemory.engine.packing import candidate_count  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
+from mdmem.engine.packing import candidate_count  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.memory import Memory  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
 from tests.paraphrases import FILES, PAIRS, UNANSWERABLE, note_of, notes  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -66,8 +66,8 @@ def seed(root: Path, agents: int, notes: int) -> None:
 
 
 def _open(cfg_path: str, agent: str) -> Any:
-    from mdmemory.config.load import load_config
-    from mdmemory.memory import Memory
+    from mdmem.config.load import load_config
+    from mdmem.memory import Memory
 
     cfg = load_config(cfg_path)
     return Memory(cfg.agent(agent), cfg)

@@ -1,7 +1,7 @@
 """Indexing throughput on the PostgreSQL store next to SQLite: the same workspace, provider and settings.
 
 Writes the LoCoMo dev workspace (2,760 turns in 119 daily logs), then indexes it from scratch with
-mdmemory's real pipeline and the shared MiniLM into an SQLite file and into a PostgreSQL 16 + pgvector
+mdmem's real pipeline and the shared MiniLM into an SQLite file and into a PostgreSQL 16 + pgvector
 started for the run (``pgserver``, a temporary data directory, a Unix socket), alternately, ``--rounds``
 times each. The embedding cache is off and the model is loaded once before timing, so every round embeds
 every input: the figure compares what each store adds to the same embedding work. Issue 13's bar:
@@ -33,8 +33,8 @@ from benchmarks.locomo import (  # noqa: E402
     set_path,
     write_workspace,
 )
-from mdmemory.config.load import load_config  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
+from mdmem.config.load import load_config  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
 
 
 def index_once(config: Path, choice: Any) -> tuple[float, dict[str, Any]]:

@@ -1,9 +1,9 @@
 """LoCoMo retrieval on the PostgreSQL store next to the SQLite one: the same index, the same questions.
 
-Builds (or reuses, with ``--workdir``) the LoCoMo dev index with mdmemory's real pipeline and the shared
+Builds (or reuses, with ``--workdir``) the LoCoMo dev index with mdmem's real pipeline and the shared
 MiniLM, copies it into a PostgreSQL 16 + pgvector started for the run (``pgserver``, a temporary data
 directory) with ``store.copy.copy_index`` (no re-embedding), then asks every question of both
-stores through the same search (``mdmemory.search.hybrid.search``: hybrid fusion, keyword scoring and minScore
+stores through the same search (``mdmem.search.hybrid.search``: hybrid fusion, keyword scoring and minScore
 rule as configured) with the same query vector, and prints recall@1/5/10 and MRR side by side with the
 search time per question. Issue 13's bar: R@5 and MRR within 0.02 of SQLite.
 
@@ -37,8 +37,8 @@ from benchmarks.locomo import (  # noqa: E402
     set_path,
     write_workspace,
 )
-from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.search.hybrid import search  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
+from mdmem.search.hybrid import search  # noqa: E402
 
 
 def main() -> int:
@@ -53,8 +53,8 @@ def main() -> int:
         warnings.simplefilter("ignore")  # pgserver's platformdirs: XDG_RUNTIME_DIR unset
         import pgserver
 
-    from mdmemory.store.copy import copy_index
-    from mdmemory.store.pg.store import PgStore
+    from mdmem.store.copy import copy_index
+    from mdmem.store.pg.store import PgStore
 
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="pg-parity-") as tmp:

@@ -36,8 +36,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.scale_data import DIMS, derived, derived_note, embed, note, provider, question  # noqa: E402
-from mdmemory.providers.base import EmbeddingProvider  # noqa: E402
-from mdmemory.store.rows import ChunkRow, FileRow  # noqa: E402
+from mdmem.providers.base import EmbeddingProvider  # noqa: E402
+from mdmem.store.rows import ChunkRow, FileRow  # noqa: E402
 
 REAL = 100_000
 PER_FILE = 50
@@ -88,10 +88,10 @@ def agent_of(size: int) -> str:
 
 def open_store(workdir: Path, backend: str, size: int, url: str | None, **pg: Any) -> Any:
     if backend == "sqlite":
-        from mdmemory.store.index import Store
+        from mdmem.store.index import Store
 
         return Store(workdir / f"{agent_of(size)}.sqlite")
-    from mdmemory.store.pg.store import PgStore
+    from mdmem.store.pg.store import PgStore
 
     assert url is not None
     return PgStore(url, agent_of(size), SCHEMA, **pg)
@@ -167,8 +167,8 @@ def queries(workdir: Path, n: int) -> tuple[list[str], np.ndarray, list[float], 
 
 
 def memory(workdir: Path, backend: str, size: int, url: str | None, choice: Any) -> Any:
-    from mdmemory.config.load import load_config
-    from mdmemory.memory import Memory
+    from mdmem.config.load import load_config
+    from mdmem.memory import Memory
 
     ws = workdir / "workspace"
     (ws / "memory").mkdir(parents=True, exist_ok=True)
@@ -190,7 +190,7 @@ def memory(workdir: Path, backend: str, size: int, url: str | None, choice: Any)
 
 
 def replay_choice(workdir: Path, known: dict[str, np.ndarray], real: Any) -> Any:
-    from mdmemory.providers.factory import ProviderChoice
+    from mdmem.providers.factory import ProviderChoice
 
     return ProviderChoice(Replay(real.model, dict(real.identity()), known), "local")
 
@@ -241,8 +241,8 @@ def _p(ms: list[float]) -> dict[str, float]:
 
 def rebuild_index(args: argparse.Namespace) -> None:
     """Drop the agent's HNSW index and build it again with ``--m`` / ``--ef-construction``."""
-    from mdmemory.config.store import HnswConfig
-    from mdmemory.store.pg import vectors
+    from mdmem.config.store import HnswConfig
+    from mdmem.store.pg import vectors
 
     srv = server(args.workdir)
     store = open_store(args.workdir, "postgres", args.size, srv.get_uri())
@@ -265,7 +265,7 @@ def rebuild_index(args: argparse.Namespace) -> None:
 
 
 def recall(args: argparse.Namespace) -> None:
-    from mdmemory.config.store import HnswConfig
+    from mdmem.config.store import HnswConfig
 
     vecs, _ = dataset(args.workdir, args.size)
     _, qvecs, _, _ = queries(args.workdir, args.queries + 20)

@@ -27,11 +27,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.store.pg import codec, vectors  # noqa: E402
-from mdmemory.store.pg.connection import connect  # noqa: E402
-from mdmemory.store.pg.schema import migrate  # noqa: E402
+from mdmem.store.pg import codec, vectors  # noqa: E402
+from mdmem.store.pg.connection import connect  # noqa: E402
+from mdmem.store.pg.schema import migrate  # noqa: E402
 
-AGENT, GEN, SCHEMA = "bench", 1, "mdmemory"
+AGENT, GEN, SCHEMA = "bench", 1, "mdmem"
 EF_SEARCH = (40, 100, 200, 400, 800)
 KS = (10, 120)
 

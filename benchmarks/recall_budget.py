@@ -1,9 +1,9 @@
 """Recall latency against the proxy's budget (cllama: 300 ms; ``service.recallBudgetMs``: 250 ms), with MiniLM.
 
-Two things a proxy in front of ``mdmemory serve`` meets, measured from a client on 127.0.0.1 (a new
+Two things a proxy in front of ``mdmem serve`` meets, measured from a client on 127.0.0.1 (a new
 connection per request, as a proxy's first turn opens one), with the local MiniLM model:
 
-1. **first recalls**: ``mdmemory serve`` started over ``--agents`` fresh workspaces (nothing indexed yet);
+1. **first recalls**: ``mdmem serve`` started over ``--agents`` fresh workspaces (nothing indexed yet);
    as soon as ``/healthz`` says ready, the first recall of every agent at once. Then the service is stopped
    and started again over the indexes on disk, and the same. Repeated ``--starts`` times.
 2. **retain -> recall**: ``--rounds`` times, a new fact is retained (a cllama-shaped entry: "the code word for
@@ -126,7 +126,7 @@ class Serve:
         started = time.monotonic()
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config), "--port", str(self.port)]
+                [sys.executable, "-m", "mdmem", "serve", "--config", str(self.config), "--port", str(self.port)]
                 + self.extra,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -226,7 +226,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30, help="retain -> recall rounds")
     ap.add_argument("--notes", type=int, default=60, help="notes files per agent's workspace")
     ap.add_argument("--model", type=Path, default=MINILM)
-    ap.add_argument("--serve-args", default="", help="extra `mdmemory serve` arguments")
+    ap.add_argument("--serve-args", default="", help="extra `mdmem serve` arguments")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--workdir", type=Path, help="work here (kept) instead of a temporary folder")
     args = ap.parse_args()

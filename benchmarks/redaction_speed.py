@@ -1,4 +1,4 @@
-"""Speed of ``mdmemory.util.redaction.redact`` on typical text (recall redacts every block it returns, a pack each
+"""Speed of ``mdmem.util.redaction.redact`` on typical text (recall redacts every block it returns, a pack each
 file it cites once per version of it).
 
 Redacts 8 KiB of README.md, of a prose-with-hashes sample, of plain notes and of a chat log holding real-shaped
@@ -15,7 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
-from mdmemory.util.redaction import redact
+from mdmem.util.redaction import redact
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTES = (

@@ -1,10 +1,10 @@
 """Replicas without the agent's files: how soon another replica recalls a retain, and what a retain costs.
 
-Starts a PostgreSQL for the run (``pgserver``, temporary), two ``mdmemory serve`` replicas whose agent is in
+Starts a PostgreSQL for the run (``pgserver``, temporary), two ``mdmem serve`` replicas whose agent is in
 ``service.remoteAgents`` (the workspace is on no host here), with the hash provider. ``--entries`` times: a
 ``POST /retain`` to replica A (timed: the commit of the pending entry), then ``POST /recall`` to replica B as
 fast as it answers until the entry's text is in it (timed from the retain's 202). Then the agent's host is
-started (``mdmemory watch``) and the time until every entry is written into its files is reported.
+started (``mdmem watch``) and the time until every entry is written into its files is reported.
 
     python benchmarks/replica_latency.py [--entries 40] [--json out.json]
 """

@@ -4,7 +4,7 @@
 
 Runs, each as its own process: search latency (1k/10k/100k chunks), index throughput vs raw
 llama-cpp-python, incremental sync, edit-to-searchable watch latency, LoCoMo retrieval quality, the
-peak memory of `mdmemory watch` with the local MiniLM model, and the wall time of whole CLI commands with
+peak memory of `mdmem watch` with the local MiniLM model, and the wall time of whole CLI commands with
 and without a running daemon (cli_latency.py). Prints Markdown tables for the README.
 Needs the shared MiniLM GGUF and LoCoMo set beside the repository (../shared) and `matplotlib`
 (`pip install -e '.[bench]'`).
@@ -40,7 +40,7 @@ def run(name: str, args: list[str], out: Path) -> dict[str, Any]:
 
 
 def watch_peak_memory(out: Path, files: int = 200) -> dict[str, Any]:
-    """Peak RSS of `mdmemory watch` with the local model: initial index of a workspace, then edits."""
+    """Peak RSS of `mdmem watch` with the local model: initial index of a workspace, then edits."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         ws = root / "ws" / "memory"
@@ -55,7 +55,7 @@ def watch_peak_memory(out: Path, files: int = 200) -> dict[str, Any]:
         cfg.write_text(json.dumps({"agents": {"defaults": {"workspace": str(root / "ws"), "memorySearch": ms}}}))
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home")}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "mdmemory", "watch", "--config", str(cfg)],
+            [sys.executable, "-m", "mdmem", "watch", "--config", str(cfg)],
             stdout=subprocess.PIPE,
             text=True,
             env=env,
@@ -98,7 +98,7 @@ def plot(search: dict[str, Any], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_xlabel("chunks in the index (384-dim vectors)")
     ax.set_ylabel("search latency, ms")
-    ax.set_title(f"mdmemory search latency ({search['date']}, 2 cores)")
+    ax.set_title(f"mdmem search latency ({search['date']}, 2 cores)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=3)
     fig.tight_layout()
@@ -115,14 +115,14 @@ def markdown(report: dict[str, Any]) -> str:
     t, inc, w, mem = report["index_throughput"], report["incremental"], report["watch_latency"], report["watch_memory"]
     lines += [
         "",
-        f"- index throughput ({t['chunks']} chunks, {t['embedded']} embedding inputs): mdmemory "
+        f"- index throughput ({t['chunks']} chunks, {t['embedded']} embedding inputs): mdmem "
         f"{t['mdmemory_chunks_per_s']} chunks/s vs raw llama-cpp-python {t['raw_chunks_per_s']} chunks/s on the "
         f"same texts; ratio {t['ratio']} (target <= 1.10)",
         f"- incremental: edit 1 of {inc['files']} files: sync {inc['sync_ms']} ms vs embedding only the changed "
         f"inputs {inc['embed_only_ms']} ms; ratio {inc['ratio']} (target <= 1.5)",
         f"- watch latency ({w['mode']}, debounce {w['debounce_s']} s): p50 {w['p50_s']} s, p95 {w['p95_s']} s "
         f"(target <= {w['target_s']} s)",
-        f"- `mdmemory watch` with MiniLM, {mem['files']} files: peak RSS {mem['peak_rss_mb']} MB",
+        f"- `mdmem watch` with MiniLM, {mem['files']} files: peak RSS {mem['peak_rss_mb']} MB",
     ]
     cli = report["cli_latency"]["results"]
     lines += ["", "| command | warm p50 / p95 ms | cold p50 / p95 ms |", "|---|---|---|"]

@@ -125,7 +125,7 @@ def _fill(rng: np.random.Generator, template: str) -> str:
 
 
 def note(i: int) -> str:
-    """Chunk ``i``: a daily-log section of 2 or 3 lines (about 50 tokens: one of mdmemory's 64-token
+    """Chunk ``i``: a daily-log section of 2 or 3 lines (about 50 tokens: one of mdmem's 64-token
     windows, what each vector of an index embeds), the same on every run."""
     rng = np.random.default_rng([17, i])
     lines = [_fill(rng, str(TEMPLATES[int(rng.integers(len(TEMPLATES)))])) for _ in range(int(rng.integers(2, 4)))]
@@ -169,8 +169,8 @@ def provider(model: Path, threads: int | None = None) -> Any:
     import os
     import tempfile
 
-    from mdmemory.config.load import load_config
-    from mdmemory.memory import Memory
+    from mdmem.config.load import load_config
+    from mdmem.memory import Memory
 
     local = {"modelPath": str(model), "threads": threads or os.cpu_count() or 1}
     tree = {

@@ -1,6 +1,6 @@
 """Search latency at 10k and 100k chunks: p50/p95 for vector-only, keyword-only and hybrid search.
 
-Builds real mdmemory indexes (SQLite + FTS5 + sqlite-vec) of synthetic chunks: Zipf-distributed English
+Builds real mdmem indexes (SQLite + FTS5 + sqlite-vec) of synthetic chunks: Zipf-distributed English
 words mixed with names, dates and a little CJK, ~400 tokens each, with random 384-dim unit vectors. The
 query embedding is excluded: queries come with precomputed vectors. Prints a table and, with --json, a
 JSON report.
@@ -23,9 +23,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config.load import HybridConfig  # noqa: E402
-from mdmemory.search.hybrid import search  # noqa: E402
-from mdmemory.store import ChunkRow, FileRow, Store  # noqa: E402
+from mdmem.config.load import HybridConfig  # noqa: E402
+from mdmem.search.hybrid import search  # noqa: E402
+from mdmem.store import ChunkRow, FileRow, Store  # noqa: E402
 
 DIMS = 384
 CHUNKS_PER_FILE = 50

@@ -1,7 +1,7 @@
-"""Load on a real ``mdmemory serve`` process: recall latency at 8 concurrent clients, retain throughput.
+"""Load on a real ``mdmem serve`` process: recall latency at 8 concurrent clients, retain throughput.
 
 Builds a workspace of short Markdown sections (~10k chunks), indexes it twice (local MiniLM, and keyword
-only), then for each index starts ``mdmemory serve`` on 127.0.0.1 and measures, from 8 client threads with
+only), then for each index starts ``mdmem serve`` on 127.0.0.1 and measures, from 8 client threads with
 persistent connections, the latency of ``POST /recall`` (the whole request: query embedding, hybrid search,
 ContextPack, JSON). Then 8 clients ``POST /retain`` proxy-shaped entries for ``--retain-seconds``; the
 report gives entries/s, errors, and entries acknowledged (202) but missing from ``sessions/*.md`` (lost).
@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mdmemory.files import sessionblocks as blocks  # noqa: E402
+from mdmem.files import sessionblocks as blocks  # noqa: E402
 from tests.service_bodies import openai_entry, retain_body  # noqa: E402
 from tests.service_server import free_port  # noqa: E402
 
@@ -93,9 +93,9 @@ def write_config(path: Path, ws: Path, provider: str, store: str) -> Path:
 
 
 def run(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-m", "mdmemory", *cmd, "--json"], capture_output=True, text=True, env=env)
+    out = subprocess.run([sys.executable, "-m", "mdmem", *cmd, "--json"], capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        raise SystemExit(f"mdmemory {' '.join(cmd)} failed: {out.stderr[-2000:]}")
+        raise SystemExit(f"mdmem {' '.join(cmd)} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
 
 
@@ -104,7 +104,7 @@ class Server:
         self.port = free_port()
         self.log = open(log, "ab")  # noqa: SIM115
         env = {**env, "MEMORY_API_TOKEN": TOKEN}
-        cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(config), "--port", str(self.port), *extra]
+        cmd = [sys.executable, "-m", "mdmem", "serve", "--config", str(config), "--port", str(self.port), *extra]
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 120
         while True:
@@ -259,7 +259,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--workdir", type=Path, help="keep the workspace and indexes here (reused by later runs)")
     ap.add_argument("--only", choices=("minilm", "keyword"), help="measure one index only")
-    ap.add_argument("--serve-args", default="", help="extra `mdmemory serve` arguments, e.g. '--recall-workers 0'")
+    ap.add_argument("--serve-args", default="", help="extra `mdmem serve` arguments, e.g. '--recall-workers 0'")
     args = ap.parse_args()
     if not MINILM.is_file():
         raise SystemExit(f"{MINILM} is missing")

@@ -18,12 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mdmemory.config.load import load_config  # noqa: E402
-from mdmemory.engine.background import SyncService  # noqa: E402
-from mdmemory.memory import Memory  # noqa: E402
-from mdmemory.providers.factory import ProviderChoice  # noqa: E402
-from mdmemory.providers.hashing import HashEmbeddingProvider  # noqa: E402
-from mdmemory.runtime.file_watcher import MemoryWatcher  # noqa: E402
+from mdmem.config.load import load_config  # noqa: E402
+from mdmem.engine.background import SyncService  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
+from mdmem.providers.factory import ProviderChoice  # noqa: E402
+from mdmem.providers.hashing import HashEmbeddingProvider  # noqa: E402
+from mdmem.runtime.file_watcher import MemoryWatcher  # noqa: E402
 
 
 def main() -> None:

@@ -2,15 +2,15 @@
 (not the source tree) into a fresh virtualenv and run what a user runs.
 
 1. ``python -m build``: the sdist, then the wheel built from that sdist (so the sdist is complete too);
-   ``twine check --strict``; the wheel holds every file under ``mdmemory/`` (every subpackage, every data
-   file), its ``mdmemory`` command and every extra of pyproject.toml.
+   ``twine check --strict``; the wheel holds every file under ``mdmem/`` (every subpackage, every data
+   file), its ``mdmem`` command and every extra of pyproject.toml.
 2. A fresh virtualenv, the wheel installed, run from outside the source tree: ``make run``'s job (index
    workspace-template/ into a temporary state folder, the two sample searches, status) with the installed
    command.
 3. Every extra of pyproject.toml installed from the wheel in turn, and what it is for started: ``local`` (its
    prebuilt llama.cpp binding, xllamacpp: nothing compiled; with the shared MiniLM model, a hybrid index
    and search and ``model pull`` finding it), ``remote`` (the OpenAI client wired in), ``mcp`` (the server
-   answers ``tools/list`` and a search over stdio), ``server`` (``mdmemory serve`` answers ``/healthz`` and a
+   answers ``tools/list`` and a search over stdio), ``server`` (``mdmem serve`` answers ``/healthz`` and a
    recall), ``postgres`` (the driver reports an unreachable database as the store state), ``bench``
    (matplotlib draws), ``test`` (the tools start). An extra without a smoke here fails the check.
 4. ``pip check``.
@@ -90,8 +90,8 @@ class Check:
             env["MDMEMORY_CONFIG"] = str(path)
         return env
 
-    def mdmemory(self, *args: str, env: dict[str, str], ok: bool = True) -> str:
-        return self.run(self.bin / "mdmemory", *args, env=env, ok=ok)
+    def mdmem(self, *args: str, env: dict[str, str], ok: bool = True) -> str:
+        return self.run(self.bin / "mdmem", *args, env=env, ok=ok)
 
     def pip_install(self, *specs: str) -> None:
         links = ["--find-links", str(self.wheelhouse)] if self.wheelhouse else []
@@ -122,7 +122,7 @@ def source_files() -> set[str]:
     """Every file of the package in the source tree (code and data), as paths relative to the root."""
     return {
         p.relative_to(ROOT).as_posix()
-        for p in (ROOT / "mdmemory").rglob("*")
+        for p in (ROOT / "mdmem").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo")
     }
 
@@ -134,12 +134,13 @@ def inspect(check: Check) -> str:
         info = next(n for n in names if n.endswith(".dist-info/METADATA"))
         metadata = wheel.read(info).decode()
         entry_points = wheel.read(info.replace("METADATA", "entry_points.txt")).decode()
-    packaged = {n for n in names if n.startswith("mdmemory/")}
+    packaged = {n for n in names if n.startswith("mdmem/")}
     missing = sorted(source_files() - packaged)
     if missing:
         raise Failed(f"the wheel lacks {len(missing)} file(s) of the package: {missing[:10]}")
-    if "mdmemory = mdmemory.cli.entry:main" not in entry_points:
-        raise Failed(f"the wheel has no `mdmemory` command:\n{entry_points}")
+    for command in ("mdmem", "mdmemory"):  # mdmemory: the old name, an alias until 0.3
+        if f"{command} = mdmem.cli.entry:main" not in entry_points:
+            raise Failed(f"the wheel has no `{command}` command:\n{entry_points}")
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"])
     declared = {line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Provides-Extra:")}
     if declared != extras:
@@ -159,52 +160,52 @@ def install(check: Check) -> str:
     subprocess.run([sys.executable, "-m", "venv", str(check.venv)], check=True)
     assert check.wheel is not None
     check.pip_install(str(check.wheel))
-    where = check.run(check.bin / "python", "-c", "import mdmemory; print(mdmemory.__file__)").strip()
+    where = check.run(check.bin / "python", "-c", "import mdmem; print(mdmem.__file__)").strip()
     if not where.startswith(str(check.venv)):
-        raise Failed(f"mdmemory was imported from {where}, not from the virtualenv")
-    version = check.run(check.bin / "mdmemory", "--version").strip()
+        raise Failed(f"mdmem was imported from {where}, not from the virtualenv")
+    version = check.run(check.bin / "mdmem", "--version").strip()
     return f"{version} from {Path(where).parent}"
 
 
 def make_run(check: Check) -> str:
     env = check.home("run")
-    check.mdmemory("index", env=env)
+    check.mdmem("index", env=env)
     for query, path in (("when do the backups run", "MEMORY.md"), ("寿司", "MEMORY.md")):
-        found = json.loads(check.mdmemory("search", query, "--json", env=env))
+        found = json.loads(check.mdmem("search", query, "--json", env=env))
         if not found["results"] or found["results"][0]["path"] != path:
             raise Failed(f"search {query!r} found {[r['path'] for r in found['results']]}, not {path}")
-    check.mdmemory("search", "when do the backups run", env=env)  # and as text
-    status = json.loads(check.mdmemory("status", "--json", env=env))
+    check.mdmem("search", "when do the backups run", env=env)  # and as text
+    status = json.loads(check.mdmem("status", "--json", env=env))
     if status["files"] != 2 or status["staleFiles"]:
         raise Failed(f"status after the index: {status['files']} files, stale {status['staleFiles']}")
-    check.mdmemory("status", env=env)
+    check.mdmem("status", env=env)
     return f"index, 2 searches, status: {status['files']} files, {status['chunks']} chunks, {status['mode']}"
 
 
 # -- 3. each extra, installed from the wheel ------------------------------------------------------------------------
 def smoke_local(check: Check) -> str:
-    modules = "huggingface_hub, gguf, safetensors, mdmemory.providers.local as local"
+    modules = "huggingface_hub, gguf, safetensors, mdmem.providers.local as local"
     binding = check.run(check.bin / "python", "-c", f"import {modules}; print(local.choose_binding())").strip()
     if binding != "xllamacpp":  # the extra's own binding: prebuilt, nothing compiled
         raise Failed(f"the local extra's binding is {binding!r}, not xllamacpp")
     if check.model is None or not check.model.is_file():
-        check.mdmemory("model", "convert", "--help", env=check.home("local"))
+        check.mdmem("model", "convert", "--help", env=check.home("local"))
         return f"imports; no model at {check.model}: no hybrid search run"
     env = check.home("local", {"memorySearch": {"provider": "local", "local": {"modelPath": str(check.model)}}})
-    check.mdmemory("index", env=env)
-    found = json.loads(check.mdmemory("search", "when do the backups run", "--json", env=env))
+    check.mdmem("index", env=env)
+    found = json.loads(check.mdmem("search", "when do the backups run", "--json", env=env))
     if found["mode"] != "hybrid" or not found["results"]:
         raise Failed(f"local search: mode {found['mode']}, {len(found['results'])} result(s), {found.get('warnings')}")
-    pulled = json.loads(check.mdmemory("model", "pull", "--json", env=env))
+    pulled = json.loads(check.mdmem("model", "pull", "--json", env=env))
     if not pulled["alreadyPresent"]:
         raise Failed(f"model pull of the configured local model: {pulled}")
     return f"hybrid search with {check.model.name} through {binding}; model pull finds it there"
 
 
 def smoke_remote(check: Check) -> str:
-    check.run(check.bin / "python", "-c", "import openai, mdmemory.providers.remote")
+    check.run(check.bin / "python", "-c", "import openai, mdmem.providers.remote")
     env = check.home("remote", {"memorySearch": {"provider": "openai"}})
-    status = json.loads(check.mdmemory("status", "--json", env=env))
+    status = json.loads(check.mdmem("status", "--json", env=env))
     said = " ".join(d["message"] for d in status["degraded"])
     if "OPENAI_API_KEY" not in said:  # the client is there: what it lacks is a key
         raise Failed(f"status with provider openai and no key says: {said}")
@@ -214,7 +215,7 @@ def smoke_remote(check: Check) -> str:
 def smoke_mcp(check: Check) -> str:
     env = {**check.env, **check.home("mcp")}
     proc = subprocess.Popen(
-        [str(check.bin / "mdmemory"), "mcp"],
+        [str(check.bin / "mdmem"), "mcp"],
         cwd=check.tmp,
         env=env,
         stdin=subprocess.PIPE,
@@ -268,7 +269,7 @@ def smoke_server(check: Check) -> str:
     log = check.tmp / "serve.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(check.bin / "mdmemory"), "serve", "--port", str(port), "--recall-workers", "0"],
+            [str(check.bin / "mdmem"), "serve", "--port", str(port), "--recall-workers", "0"],
             cwd=check.tmp,
             env=env,
             stdout=out,
@@ -278,7 +279,7 @@ def smoke_server(check: Check) -> str:
         deadline = time.monotonic() + 90
         while "ready:" not in log.read_text():
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise Failed(f"mdmemory serve did not get ready:\n{log.read_text()[-3000:]}")
+                raise Failed(f"mdmem serve did not get ready:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
         base = f"http://127.0.0.1:{port}"
         health = json.loads(urllib.request.urlopen(f"{base}/healthz", timeout=10).read())
@@ -306,13 +307,13 @@ def smoke_server(check: Check) -> str:
 
 def smoke_postgres(check: Check) -> str:
     check.run(check.bin / "python", "-c", "import psycopg, psycopg_pool; psycopg.pq.version()")
-    check.mdmemory("store", "migrate", "--help", env=check.home("pg"))
+    check.mdmem("store", "migrate", "--help", env=check.home("pg"))
     with socket.socket() as s:  # a port nothing listens on: the driver's connection error, as status reports it
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     store = {"backend": "postgres", "url": f"postgresql://mdmemory@127.0.0.1:{port}/mdmemory"}
     env = check.home("pg", {"memorySearch": {"provider": "none", "store": store}})
-    status = json.loads(check.mdmemory("status", "--json", env=env, ok=False))
+    status = json.loads(check.mdmem("status", "--json", env=env, ok=False))
     state = (status.get("storeState") or {}).get("state")
     if status.get("backend") != "postgres" or state in (None, "ok"):
         raise Failed(f"status of an unreachable PostgreSQL: backend {status.get('backend')}, state {state}")

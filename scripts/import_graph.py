@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The import graph of the mdmemory package, summarised: its floors, their sizes, the edges between them, cycles.
+"""The import graph of the mdmem package, summarised: its floors, their sizes, the edges between them, cycles.
 
 Read from the source alone (stdlib ``ast``; nothing is imported or run). Every import counts, at module level or
 inside a function; imports under ``if TYPE_CHECKING:`` are counted apart (``--type-only`` includes them).
@@ -8,7 +8,7 @@ inside a function; imports under ``if TYPE_CHECKING:`` are counted apart (``--ty
     python scripts/import_graph.py --check    # also exit 1 on a cycle, an extra root module, a module over 450 lines
     make graph                                # the same as the first
 
-Floors are the subpackages of ``mdmemory/`` (a root module is a floor of its own). Where ``pyproject.toml``
+Floors are the subpackages of ``mdmem/`` (a root module is a floor of its own). Where ``pyproject.toml``
 holds the import-linter layers contract (``[tool.importlinter]``), each edge is marked ``down`` or ``UP``
 (against the layers) and ``|`` for two floors declared independent.
 """
@@ -22,7 +22,7 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
-ROOT_ALLOWED = {"mdmemory", "mdmemory.__main__", "mdmemory.memory"}
+ROOT_ALLOWED = {"mdmem", "mdmem.__main__", "mdmem.memory"}
 MAX_LINES = 450
 
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 unless the shape holds")
     ap.add_argument("--type-only", action="store_true", help="count imports under TYPE_CHECKING too")
     args = ap.parse_args(argv)
-    mods = modules(args.repo / "mdmemory")
+    mods = modules(args.repo / "mdmem")
     sizes = {m: sum(1 for _ in p.open(encoding="utf-8")) for m, p in mods.items()}
     graph: dict[str, set[str]] = {m: set() for m in mods}
     floor_edges: dict[tuple[str, str], int] = defaultdict(int)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         floors[floor(m)].append(m)
     rank, independent = layer_order(args.repo / "pyproject.toml")
 
-    print(f"mdmemory: {len(mods)} modules, {sum(sizes.values())} lines, {len(floors)} floors")
+    print(f"mdmem: {len(mods)} modules, {sum(sizes.values())} lines, {len(floors)} floors")
     print(f"\n{'floor':28} {'modules':>7} {'lines':>7}  largest")
     for f in sorted(floors, key=lambda f: (-rank.get(f, len(rank)), f)):
         members = floors[f]

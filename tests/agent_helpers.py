@@ -1,6 +1,6 @@
 """Helpers for the agent-integration tests.
 
-``agent_config`` builds an AgentConfig from a real config file. ``run_cli`` runs ``mdmemory`` with the
+``agent_config`` builds an AgentConfig from a real config file. ``run_cli`` runs ``mdmem`` with the
 agent subcommands registered (cli.py wires ``cli_agent.register`` itself; until it does, this adds them).
 ``python -m tests.agent_helpers ARGS`` is that command line, for tests that spawn it.
 """
@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mdmemory.cli import agent_commands as cli_agent
-from mdmemory.cli import commands as cli
-from mdmemory.config.load import AgentConfig, load_config
+from mdmem.cli import agent_commands as cli_agent
+from mdmem.cli import commands as cli
+from mdmem.config.load import AgentConfig, load_config
 
 _build_parser = cli.build_parser
 
@@ -43,7 +43,7 @@ def build_parser(*args: Any, **kwargs: Any) -> argparse.ArgumentParser:
 
 
 def run_cli(argv: Sequence[str]) -> int:
-    """``mdmemory ARGV`` in this process; returns the exit code (output goes to the captured streams)."""
+    """``mdmem ARGV`` in this process; returns the exit code (output goes to the captured streams)."""
     original, cli.build_parser = cli.build_parser, build_parser
     try:
         return cli.main(list(argv))

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
 from tests.pg_server import pg, pg_url  # noqa: F401 - fixtures: a real PostgreSQL for the store tests
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.providers.bert_to_gguf import convert_bert
+from mdmem.providers.bert_to_gguf import convert_bert
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = (
@@ -138,7 +138,7 @@ def tiny_gguf(tiny_ggufs: dict[str, Path]) -> Path:
 def llama_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str | None:
     """The llama.cpp CPU backend of this test process, loaded before any test: the one a Q8_0 model runs on.
 
-    A process keeps the backend its first model chose (mdmemory.providers.native), and the tests load f32,
+    A process keeps the backend its first model chose (mdmem.providers.native), and the tests load f32,
     f16 and Q8_0 models in one process. On a CPU that advertises AMX the best backend runs f16 models but dies
     on Q8_0 ones, while the one a Q8_0 model needs runs every type: so that one is chosen first, through the
     crash probe as the product does. None where llama-cpp-python or gguf is not installed."""
@@ -147,7 +147,7 @@ def llama_backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         import llama_cpp  # noqa: F401
     except ImportError:
         return None
-    from mdmemory.providers import native, probe
+    from mdmem.providers import native, probe
 
     q8_0 = request.getfixturevalue("tiny_ggufs")["q8_0"]
     with pytest.MonkeyPatch.context() as mp:

@@ -1,4 +1,4 @@
-"""`mdmemory watch` as a real process for tests: its JSON log lines as events, waited for, and a clean stop."""
+"""`mdmem watch` as a real process for tests: its JSON log lines as events, waited for, and a clean stop."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Daemon:
     def __init__(self, config: Path) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mdmemory", "watch", "--config", str(config)],
+            [sys.executable, "-m", "mdmem", "watch", "--config", str(config)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

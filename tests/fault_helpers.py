@@ -56,9 +56,9 @@ def unprivileged(cmd: list[str]) -> list[str]:
 
 
 def cli(config: Path, *args: str, timeout: float = 120, permissions: bool = False) -> subprocess.CompletedProcess[str]:
-    """``python -m mdmemory ARGS --config CONFIG`` in a subprocess; never a traceback, whatever the exit code.
+    """``python -m mdmem ARGS --config CONFIG`` in a subprocess; never a traceback, whatever the exit code.
     With ``permissions``, file permissions apply to it even as root (``unprivileged``)."""
-    cmd = [sys.executable, "-m", "mdmemory", *args, "--config", str(config)]
+    cmd = [sys.executable, "-m", "mdmem", *args, "--config", str(config)]
     done = subprocess.run(
         unprivileged(cmd) if permissions else cmd,
         capture_output=True,

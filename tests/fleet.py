@@ -1,5 +1,5 @@
-"""A fleet on one machine for the replica tests: the agent's host (its workspace and a real ``mdmemory watch``),
-``mdmemory serve`` replicas that do not hold the workspace (``service.remoteAgents``), each with a state folder
+"""A fleet on one machine for the replica tests: the agent's host (its workspace and a real ``mdmem watch``),
+``mdmem serve`` replicas that do not hold the workspace (``service.remoteAgents``), each with a state folder
 of its own, and what the index holds of the session files, read straight from PostgreSQL."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.sessionblocks import closing
-from mdmemory.store.lines import file_text
-from mdmemory.store.pg.connection import connect
-from mdmemory.store.pg.entries import PgEntryLog
-from mdmemory.store.pg.store import PgStore
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.sessionblocks import closing
+from mdmem.store.lines import file_text
+from mdmem.store.pg.connection import connect
+from mdmem.store.pg.entries import PgEntryLog
+from mdmem.store.pg.store import PgStore
 from tests.service_bodies import recall_body
 from tests.service_server import Service, write_config
 

@@ -37,8 +37,8 @@ def pg_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture
 def pg(pg_url: str) -> Iterator[tuple[Any, str]]:
     """A connection and a freshly migrated schema of its own, dropped after the test."""
-    from mdmemory.store.pg.connection import connect
-    from mdmemory.store.pg.schema import migrate
+    from mdmem.store.pg.connection import connect
+    from mdmem.store.pg.schema import migrate
 
     conn = connect(pg_url)
     schema = "t_" + uuid.uuid4().hex[:12]

@@ -1,4 +1,4 @@
-"""A real ``mdmemory serve`` process on 127.0.0.1 for tests, and a tiny urllib client."""
+"""A real ``mdmem serve`` process on 127.0.0.1 for tests, and a tiny urllib client."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class Service:
         return f"http://{self.host}:{self.port}"
 
     def start(self, timeout: float = 60.0, *, wait: bool = True) -> None:
-        """Start ``mdmemory serve``; unless ``wait`` is False, wait until ``/healthz`` says it is ready."""
+        """Start ``mdmem serve``; unless ``wait`` is False, wait until ``/healthz`` says it is ready."""
         self.port = free_port() if not self.prefix else 18080  # another network namespace: all ports free
         env = {**os.environ, "MDMEMORY_HOME": str(self.home), **self.env}
         env.pop("MEMORY_API_TOKEN", None)
@@ -58,7 +58,7 @@ class Service:
             env["MEMORY_API_TOKEN"] = self.token
         out = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
         self.proc = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "mdmemory", "serve", "--config", str(self.config)]
+            [*self.prefix, sys.executable, "-m", "mdmem", "serve", "--config", str(self.config)]
             + ["--host", self.host, "--port", str(self.port), *self.args],
             stdout=out,
             stderr=subprocess.STDOUT,

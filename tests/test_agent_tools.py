@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.agent.schemas import (
+from mdmem.agent.dispatch import call_tool
+from mdmem.agent.schemas import (
     GET_INPUT,
     GET_OUTPUT,
     PACK_INPUT,
@@ -19,9 +19,9 @@ from mdmemory.agent.schemas import (
     SEARCH_OUTPUT,
     tool_definitions,
 )
-from mdmemory.memory import Memory
-from mdmemory.search.results import CITED_RESULT_KEYS
-from mdmemory.util.errors import StoreError
+from mdmem.memory import Memory
+from mdmem.search.results import CITED_RESULT_KEYS
+from mdmem.util.errors import StoreError
 from tests.agent_helpers import run_cli
 from tests.conftest import write
 
@@ -179,7 +179,7 @@ def test_path_errors_keep_the_get_shape(mem: Memory) -> None:
 
 def test_unknown_tool(mem: Memory) -> None:
     assert call_tool(mem, "memory_delete", {}) == {
-        "error": "unknown tool 'memory_delete'; mdmemory provides memory_search, memory_get, memory_pack, memory_status"
+        "error": "unknown tool 'memory_delete'; mdmem provides memory_search, memory_get, memory_pack, memory_status"
     }
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
-from mdmemory.util.errors import ProviderPaused
+from mdmem.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
+from mdmem.util.errors import ProviderPaused
 
 KEY = "0123456789abcdef0123456789abcdef"
 POLICY = BreakerPolicy(failures=2, cool_down=30.0, max_cool_down=100.0)
@@ -151,8 +151,8 @@ def test_a_real_second_process_sees_the_open_breaker(tmp_path: Path) -> None:
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from mdmemory.util.errors import ProviderPaused\n"
-        "from mdmemory.providers.breaker import CircuitBreaker\n"
+        "from mdmem.util.errors import ProviderPaused\n"
+        "from mdmem.providers.breaker import CircuitBreaker\n"
         "b = CircuitBreaker(Path(sys.argv[1]), sys.argv[2], 'openai', 'm', clock=lambda: 1_800_000_001.0)\n"
         "try:\n"
         "    b.admit(lease=1)\n"

@@ -10,9 +10,9 @@ from collections import defaultdict
 
 import pytest
 
-from mdmemory.index.chunker import Chunk, chunk_markdown
-from mdmemory.util.fileread import split_lines
-from mdmemory.util.tokens import TokenCounter, estimate_tokens
+from mdmem.index.chunker import Chunk, chunk_markdown
+from mdmem.util.fileread import split_lines
+from mdmem.util.tokens import TokenCounter, estimate_tokens
 
 WORDS = "memory agent sqlite vector search index chunk embed provider watcher hybrid keyword".split()
 
@@ -95,7 +95,7 @@ MIXED = """# Projects
 
 Intro to the projects, kept short.
 
-## mdmemory
+## mdmem
 
 The index lives in SQLite.
 It uses sqlite-vec and FTS5.
@@ -348,7 +348,7 @@ def test_heading_paths_nested_setext_and_siblings() -> None:
     filler = sentence(rng, 16)  # ~25 tokens: one section per 40-token chunk
     sections = [
         "# Projects",
-        "## The `mdmemory` **tool**",
+        "## The `mdmem` **tool**",
         "### Chunker",
         "## Other",
         "Setext Title\n============",
@@ -361,8 +361,8 @@ def test_heading_paths_nested_setext_and_siblings() -> None:
     check_chunks(text, chunks, tokens=40, overlap=10)
     assert [c.heading for c in chunks] == [
         "Projects",
-        "Projects > The mdmemory tool",
-        "Projects > The mdmemory tool > Chunker",
+        "Projects > The mdmem tool",
+        "Projects > The mdmem tool > Chunker",
         "Projects > Other",
         "Setext Title",
         "Setext Title > Sub",
@@ -374,7 +374,7 @@ def test_heading_paths_nested_setext_and_siblings() -> None:
 
 def test_chunk_starting_mid_section_inherits_the_path() -> None:
     rng = random.Random(10)
-    top = ["# Projects", "", "## mdmemory", ""] + prose(rng, 80) + [""]
+    top = ["# Projects", "", "## mdmem", ""] + prose(rng, 80) + [""]
     text = "\n".join(top + ["# Next", ""] + prose(rng, 40))
     next_line = len(top) + 1
     chunks = chunk_markdown(text, "MEMORY.md")
@@ -382,7 +382,7 @@ def test_chunk_starting_mid_section_inherits_the_path() -> None:
     assert chunks[0].heading == "Projects"  # starts at "# Projects"
     mid_section = [c for c in chunks[1:] if c.start_line < next_line]
     assert len(mid_section) >= 3
-    assert all(c.heading == "Projects > mdmemory" and not c.text.startswith("#") for c in mid_section)
+    assert all(c.heading == "Projects > mdmem" and not c.text.startswith("#") for c in mid_section)
     later = [c for c in chunks if c.start_line >= next_line]
     assert len(later) >= 2 and all(c.heading == "Next" for c in later)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli.commands import main
-from mdmemory.search.results import CITED_RESULT_KEYS
+from mdmem.cli.commands import main
+from mdmem.search.results import CITED_RESULT_KEYS
 from tests.conftest import REPO, write
 
 
@@ -91,7 +91,7 @@ def test_usage_error_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def test_python_dash_m_and_no_traceback(config: Path, tmp_path: Path) -> None:
     env = {**os.environ, "MDMEMORY_HOME": str(tmp_path / "home")}
     ok = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "search", "vault", "--config", str(config), "--json"],
+        [sys.executable, "-m", "mdmem", "search", "vault", "--config", str(config), "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -101,7 +101,7 @@ def test_python_dash_m_and_no_traceback(config: Path, tmp_path: Path) -> None:
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["results"][0]["path"] == "MEMORY.md"
     missing = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "status", "--config", str(tmp_path / "nope.json5")],
+        [sys.executable, "-m", "mdmem", "status", "--config", str(tmp_path / "nope.json5")],
         capture_output=True,
         text=True,
         env=env,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli.commands import main
+from mdmem.cli.commands import main
 from tests.conftest import write
 
 

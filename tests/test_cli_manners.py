@@ -2,8 +2,8 @@
 command's own help, `flush check` has a default window and says so, `model pull` says why it failed or that
 the model is there already, and text `status` shows every field `--json` has.
 
-Every case runs the real command: ``python -m mdmemory`` in a subprocess (tests.fault_helpers.cli) or
-``mdmemory.cli.main`` with the output captured."""
+Every case runs the real command: ``python -m mdmem`` in a subprocess (tests.fault_helpers.cli) or
+``mdmem.cli.main`` with the output captured."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli import main
-from mdmemory.cli.formatting import STATUS_LABELS
-from mdmemory.cli.suggest import did_you_mean, unrecognized
+from mdmem.cli import main
+from mdmem.cli.formatting import STATUS_LABELS
+from mdmem.cli.suggest import did_you_mean, unrecognized
 from tests.conftest import MINILM, REPO, write
 from tests.fault_helpers import cli, cli_json, write_config
 
@@ -33,20 +33,20 @@ def config(tmp_path: Path, workspace: Path) -> Path:
 @pytest.mark.parametrize(
     ("argv", "suggested", "help_of"),
     [
-        (["serach", "backups"], "'search'", "mdmemory"),
-        (["stauts"], "'status'", "mdmemory"),
-        (["model", "pul"], "'pull'", "mdmemory model"),
-        (["flush", "chek", "s1"], "'check'", "mdmemory flush"),
-        (["store", "migrat"], "'migrate'", "mdmemory store"),
-        (["search", "backups", "--max-reslts", "3"], "'--max-results'", "mdmemory search"),
-        (["pack", "backups", "--traec"], "'--trace'", "mdmemory pack"),
-        (["mcp", "--kind", "grop"], "'group'", "mdmemory mcp"),
-        (["tools", "--format", "antropic"], "'anthropic'", "mdmemory tools"),
-        (["--jsn", "status"], "'--json'", "mdmemory"),
-        (["search"], None, "mdmemory search"),  # a missing argument: no guess, the command's help
-        (["search", "a", "b"], None, "mdmemory search"),  # a stray argument
-        (["flush", "check", "s1"], None, "mdmemory flush check"),  # --tokens is required
-        (["xyzzy"], None, "mdmemory"),  # nothing close: no guess
+        (["serach", "backups"], "'search'", "mdmem"),
+        (["stauts"], "'status'", "mdmem"),
+        (["model", "pul"], "'pull'", "mdmem model"),
+        (["flush", "chek", "s1"], "'check'", "mdmem flush"),
+        (["store", "migrat"], "'migrate'", "mdmem store"),
+        (["search", "backups", "--max-reslts", "3"], "'--max-results'", "mdmem search"),
+        (["pack", "backups", "--traec"], "'--trace'", "mdmem pack"),
+        (["mcp", "--kind", "grop"], "'group'", "mdmem mcp"),
+        (["tools", "--format", "antropic"], "'anthropic'", "mdmem tools"),
+        (["--jsn", "status"], "'--json'", "mdmem"),
+        (["search"], None, "mdmem search"),  # a missing argument: no guess, the command's help
+        (["search", "a", "b"], None, "mdmem search"),  # a stray argument
+        (["flush", "check", "s1"], None, "mdmem flush check"),  # --tokens is required
+        (["xyzzy"], None, "mdmem"),  # nothing close: no guess
     ],
 )
 def test_usage_errors_name_the_closest_word_and_the_commands_help(
@@ -55,7 +55,7 @@ def test_usage_errors_name_the_closest_word_and_the_commands_help(
     done = cli(config, *argv)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 2 and done.stdout == ""
-    assert last.startswith("mdmemory: error: ") and last.endswith(f"(see `{help_of} --help`)"), last
+    assert last.startswith("mdmem: error: ") and last.endswith(f"(see `{help_of} --help`)"), last
     if suggested is None:
         assert "did you mean" not in last
     else:
@@ -89,13 +89,13 @@ def test_unrecognized_messages(extras: list[str], message: str) -> None:
 
 
 def test_the_installed_command_suggests_too(tmp_path: Path) -> None:
-    """The ``mdmemory`` console script next to this Python (the entry point a user types)."""
-    script = Path(sys.executable).with_name("mdmemory")
+    """The ``mdmem`` console script next to this Python (the entry point a user types)."""
+    script = Path(sys.executable).with_name("mdmem")
     if not script.is_file():
-        pytest.skip("no mdmemory script next to this Python")
+        pytest.skip("no mdmem script next to this Python")
     env = {**os.environ, "PYTHONPATH": str(REPO), "MDMEMORY_DAEMON": "off"}
     done = subprocess.run([str(script), "indx"], capture_output=True, text=True, env=env, timeout=60)
-    assert done.returncode == 2 and "did you mean 'index'?" in done.stderr and "(see `mdmemory --help`)" in done.stderr
+    assert done.returncode == 2 and "did you mean 'index'?" in done.stderr and "(see `mdmem --help`)" in done.stderr
 
 
 # -- flush check: a default context window, named -----------------------------------------------------------
@@ -137,7 +137,7 @@ def test_model_pull_without_huggingface_hub_says_so_and_how_to_install_it(config
     """A Python where huggingface_hub cannot be imported (a None entry in sys.modules makes the import fail)."""
     code = (
         "import sys; sys.modules['huggingface_hub'] = None\n"
-        "from mdmemory.cli import main\n"
+        "from mdmem.cli import main\n"
         f"sys.exit(main(['model', 'pull', 'hf:owner/repo/model.gguf', '--config', {str(config)!r}]))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -1,7 +1,7 @@
 """tests/cllama_shapes.py rebuilds cllama's memory bodies byte for byte: checked against real recordings.
 
 The fixtures (tests/fixtures/cllama/*.json) were recorded by running the real cllama binary in front of
-`mdmemory serve` and a fake upstream (the harness described in tests/cllama_shapes.py's docstring): each
+`mdmem serve` and a fake upstream (the harness described in tests/cllama_shapes.py's docstring): each
 holds the agent's request as sent, the upstream's request and reply as exchanged, cllama's history line,
 and the exact recall and retain bodies cllama sent. Their secrets are made up.
 """

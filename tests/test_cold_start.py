@@ -20,10 +20,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("numpy", "markdown_it", "watchdog", "tqdm", "llama_cpp", "openai")
 # Lighter, but still more than some commands need: the index (sqlean), the lock files, the providers.
-MODULES = ("sqlean", "filelock", "mdmemory.providers.base", "mdmemory.store.index", "subprocess")
+MODULES = ("sqlean", "filelock", "mdmem.providers.base", "mdmem.store.index", "subprocess")
 RUN_AND_REPORT = f"""
 import contextlib, io, json, sys
-from mdmemory.cli import commands as cli
+from mdmem.cli import commands as cli
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     try:
@@ -88,7 +88,7 @@ def keyword_config(tmp_path: Path) -> Path:
 def test_a_command_imports_only_what_it_runs(keyword_config: Path, args: tuple[str, ...]) -> None:
     report = _run(keyword_config, *args)
     assert report["code"] == 0
-    assert report["loaded"] == [], f"`mdmemory {args[0]}` imported {report['loaded']}"
+    assert report["loaded"] == [], f"`mdmem {args[0]}` imported {report['loaded']}"
 
 
 @pytest.mark.parametrize(
@@ -96,7 +96,7 @@ def test_a_command_imports_only_what_it_runs(keyword_config: Path, args: tuple[s
     [
         (("get", "MEMORY.md"), []),  # reads one file: no index, no locks, no provider
         # nothing to index: the index and the provider, no lock, no worker
-        (("search", "backup"), ["mdmemory.providers.base", "mdmemory.store.index", "sqlean"]),
+        (("search", "backup"), ["mdmem.providers.base", "mdmem.store.index", "sqlean"]),
     ],
     ids=["get", "search"],
 )
@@ -121,25 +121,25 @@ def test_search_after_an_edit_imports_the_chunker_it_needs(keyword_config: Path)
 
 
 def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() -> None:
-    """What `mdmemory search` pays when a daemon answers (mdmemory.cli.entry): no config, no argparse, no index."""
-    probe = "import json, sys, mdmemory.cli.entry; print(json.dumps(sorted(sys.modules)))"
+    """What `mdmem search` pays when a daemon answers (mdmem.cli.entry): no config, no argparse, no index."""
+    probe = "import json, sys, mdmem.cli.entry; print(json.dumps(sorted(sys.modules)))"
     proc = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)}
     )
     loaded = set(json.loads(proc.stdout))
-    ours = sorted(m for m in loaded if m.startswith("mdmemory"))
+    ours = sorted(m for m in loaded if m.startswith("mdmem"))
     assert ours == [
-        "mdmemory",
-        "mdmemory.cli",
-        "mdmemory.cli.entry",
-        "mdmemory.cli.output",
-        "mdmemory.config",
-        "mdmemory.config.paths",
-        "mdmemory.runtime",
-        "mdmemory.runtime.ipc_protocol",
-        "mdmemory.util",
-        "mdmemory.util.errors",
-        "mdmemory.util.moved",
+        "mdmem",
+        "mdmem.cli",
+        "mdmem.cli.entry",
+        "mdmem.cli.output",
+        "mdmem.config",
+        "mdmem.config.paths",
+        "mdmem.runtime",
+        "mdmem.runtime.ipc_protocol",
+        "mdmem.util",
+        "mdmem.util.errors",
+        "mdmem.util.moved",
     ]
     assert not loaded & {"argparse", "dataclasses", "sqlean", "json5", "filelock", *HEAVY}
 
@@ -159,7 +159,7 @@ def test_the_daemon_client_imports_only_the_standard_library_and_the_protocol() 
 )
 def test_the_one_command_parser_reads_what_the_full_parser_reads(argv: list[str]) -> None:
     """`parse` builds a parser for the command given only (6 ms less per call); it must agree with the full one."""
-    from mdmemory.cli import commands as cli
+    from mdmem.cli import commands as cli
 
     assert vars(cli.parse(argv)) == vars(cli.parse(argv, cli.build_parser()))  # the command functions too
 
@@ -171,7 +171,7 @@ def test_the_one_command_parser_reads_what_the_full_parser_reads(argv: list[str]
 def test_what_the_one_command_parser_refuses_the_full_parser_reports(
     argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from mdmemory.cli import commands as cli
+    from mdmem.cli import commands as cli
 
     with pytest.raises(SystemExit) as exited:
         cli.parse(argv)

@@ -11,7 +11,7 @@ from typing import Any, get_type_hints
 import json5
 import pytest
 
-from mdmemory.config.load import (
+from mdmem.config.load import (
     AgentConfig,
     ChunkingConfig,
     Config,
@@ -23,8 +23,8 @@ from mdmemory.config.load import (
     camel,
     load_config,
 )
-from mdmemory.config.validation import RANGES
-from mdmemory.util.errors import ConfigError
+from mdmem.config.validation import RANGES
+from mdmem.util.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"
 

@@ -10,11 +10,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from mdmemory.agent.context import session_context
-from mdmemory.config.load import AgentConfig
-from mdmemory.files.memory_get import get_file
-from mdmemory.files.workspace import Workspace
-from mdmemory.util.errors import ConfigError
+from mdmem.agent.context import session_context
+from mdmem.config.load import AgentConfig
+from mdmem.files.memory_get import get_file
+from mdmem.files.workspace import Workspace
+from mdmem.util.errors import ConfigError
 from tests.agent_helpers import agent_config, run_cli, write_config
 from tests.conftest import write
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.providers.bert_to_gguf import ConversionError, convert_bert
-from mdmemory.providers.local import LocalEmbeddingProvider
-from mdmemory.util.errors import MdMemoryError
+from mdmem.providers.bert_to_gguf import ConversionError, convert_bert
+from mdmem.providers.local import LocalEmbeddingProvider
+from mdmem.util.errors import MdMemoryError
 from tests.conftest_gguf import HEADS, VOCAB, tiny_bert_weights, write_tiny_bert
 
 gguf = pytest.importorskip("gguf")
@@ -122,7 +122,7 @@ def unit(v: np.ndarray) -> np.ndarray:
 def providers(tiny_ggufs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     cache = tmp_path_factory.mktemp("cache")
     # Q8_0 first: a process keeps the CPU backend its first model chose, and on a CPU that advertises AMX
-    # the best one runs f32/f16 models but not Q8_0 ones (mdmemory.providers.probe); the reverse holds
+    # the best one runs f32/f16 models but not Q8_0 ones (mdmem.providers.probe); the reverse holds
     made = {t: LocalEmbeddingProvider(str(tiny_ggufs[t]), cache, threads=1) for t in ("q8_0", "f16", "f32")}
     for provider in made.values():
         provider.load()
@@ -141,7 +141,7 @@ def read_gguf(path: Path) -> tuple[dict[str, object], dict[str, object]]:
 
 
 def test_reference_tokenizer_matches_llama_cpp(tiny_gguf: Path) -> None:
-    from mdmemory.providers.native import load_llama_cpp
+    from mdmem.providers.native import load_llama_cpp
 
     llama_cpp, _ = load_llama_cpp()  # the CPU backend a portable build ships
 

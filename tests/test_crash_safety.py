@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.store import Store
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.store import Store
 from tests.conftest import REPO, write
 
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
@@ -64,13 +64,13 @@ def write_config(path: Path, ws: Path, tokens: int, store: dict[str, Any] | None
 def seed_and_index(
     ws: Path, tmp_path: Path, rng: random.Random, store: dict[str, Any] | None = None
 ) -> tuple[Path, list[str], dict[str, str], float]:
-    """40 random notes indexed once by a real ``mdmemory index`` process: the config, the command, its
+    """40 random notes indexed once by a real ``mdmem index`` process: the config, the command, its
     environment and how long the full index took (what the kill tests time their kills against)."""
     for i in range(40):
         write(ws / "memory" / f"{i:03d}.md", note(rng, rng.randint(1, 6)))
     config = write_config(tmp_path / "cfg.json5", ws, 200, store)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "mdmemory", "index", "--config", str(config), "--json"]
+    cmd = [sys.executable, "-m", "mdmem", "index", "--config", str(config), "--json"]
     t0 = time.monotonic()
     subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
     return config, cmd, env, time.monotonic() - t0
@@ -150,8 +150,8 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
 
 READER = r"""
 import json, sys, time
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
 agent = load_config(sys.argv[1]).agent()
 deadline = time.monotonic() + float(sys.argv[2])
 searches = errors = 0

@@ -1,4 +1,4 @@
-"""`mdmemory watch` as a real process: JSON log lines, one daemon per agent, graceful stop, bad files, outages."""
+"""`mdmem watch` as a real process: JSON log lines, one daemon per agent, graceful stop, bad files, outages."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
 from tests.conftest import REPO, write
 from tests.daemon_helpers import Daemon
 from tests.fake_openai import FakeOpenAIServer, Fault
@@ -59,7 +59,7 @@ def test_watch_logs_syncs_and_status_tells_the_truth(daemon: Daemon, config: Pat
 def test_second_daemon_for_the_same_agent_exits_with_a_clear_message(daemon: Daemon, config: Path) -> None:
     daemon.wait_for(lambda e: e["event"] == "watching")
     second = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "watch", "--config", str(config)],
+        [sys.executable, "-m", "mdmem", "watch", "--config", str(config)],
         capture_output=True,
         text=True,
         timeout=30,

@@ -1,7 +1,7 @@
-"""The command line as a thin client of a running daemon: real `mdmemory watch` processes, real Unix sockets.
+"""The command line as a thin client of a running daemon: real `mdmem watch` processes, real Unix sockets.
 
-Each command runs in a fresh interpreter through ``mdmemory.cli.entry`` (what the console script runs) and says
-whether it had to import ``mdmemory.cli.commands`` (run the command itself) or the daemon answered; its output is
+Each command runs in a fresh interpreter through ``mdmem.cli.entry`` (what the console script runs) and says
+whether it had to import ``mdmem.cli.commands`` (run the command itself) or the daemon answered; its output is
 compared with the same command run with ``MDMEMORY_DAEMON=off``.
 """
 
@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli import entry
-from mdmemory.cli.commands import SocketCommands
-from mdmemory.config import paths as configpath
-from mdmemory.config.load import load_config
-from mdmemory.runtime import ipc_protocol as ipc
-from mdmemory.runtime.ipc_server import IpcServer, load_pinned
+from mdmem.cli import entry
+from mdmem.cli.commands import SocketCommands
+from mdmem.config import paths as configpath
+from mdmem.config.load import load_config
+from mdmem.runtime import ipc_protocol as ipc
+from mdmem.runtime.ipc_server import IpcServer, load_pinned
 from tests.conftest import REPO, write
 from tests.daemon_helpers import Daemon
 from tests.service_bodies import openai_entry, retain_body
@@ -33,14 +33,14 @@ from tests.service_server import Service
 
 CLIENT = """
 import contextlib, io, json, sys
-from mdmemory.cli import entry
+from mdmem.cli import entry
 out, err = io.StringIO(), io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
     try:
         code = entry.main(sys.argv[1:])
     except SystemExit as exc:
         code = exc.code
-report = {"code": code, "out": out.getvalue(), "err": err.getvalue(), "inProcess": "mdmemory.cli.commands" in
+report = {"code": code, "out": out.getvalue(), "err": err.getvalue(), "inProcess": "mdmem.cli.commands" in
 sys.modules}
 print(json.dumps(report))
 """
@@ -270,7 +270,7 @@ def test_scan_reads_config_and_agent_as_argparse_does(argv: list[str], expected:
 
 
 def test_serve_answers_the_command_line_too(config: Path, tmp_path: Path) -> None:
-    """`mdmemory serve` searches its agents' sessions too; the socket answers with the command line's config."""
+    """`mdmem serve` searches its agents' sessions too; the socket answers with the command line's config."""
     svc = Service(config, Path(os.environ["MDMEMORY_HOME"]), None, tmp_path / "serve.log")
     svc.start()
     try:

@@ -1,6 +1,6 @@
 """The command line never waits long for a daemon, and nothing a socket peer sends makes it fail.
 
-Real `mdmemory watch` processes stopped with SIGSTOP before and during a request, or killed during one
+Real `mdmem watch` processes stopped with SIGSTOP before and during a request, or killed during one
 (their search held up by a real embeddings server that does not answer); real peers on real Unix sockets
 that accept and never answer, trickle, or answer garbage: the command gives up within the connect time or
 the search budget the daemon declared, and answers in its own process with the same output.
@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli import entry
-from mdmemory.config import paths as configpath
-from mdmemory.config.load import load_config
-from mdmemory.runtime import ipc_protocol as ipc
-from mdmemory.runtime.ipc_server import reply_seconds
+from mdmem.cli import entry
+from mdmem.config import paths as configpath
+from mdmem.config.load import load_config
+from mdmem.runtime import ipc_protocol as ipc
+from mdmem.runtime.ipc_server import reply_seconds
 from tests.conftest import write
 from tests.daemon_helpers import Daemon
 from tests.fake_openai import FakeOpenAIServer, Fault
@@ -66,12 +66,11 @@ def test_a_stopped_daemon_is_given_up_within_the_connect_time(config: Path, daem
     asked, seconds = timed(lambda: entry.ask(["search", "backups", *cfg], os.environ))
     assert asked.reply is None and seconds < entry.CONNECT_SECONDS + SLACK
     assert (
-        asked.note
-        == f"the mdmemory daemon (pid {daemon.proc.pid}) did not answer within 1 s; answering in this process"
+        asked.note == f"the mdmem daemon (pid {daemon.proc.pid}) did not answer within 1 s; answering in this process"
     )
     here = run("search", "backups", *cfg, "--json")
     assert here["inProcess"] and (here["code"], here["out"]) == (0, expected["out"])
-    assert here["err"] == f"mdmemory: {asked.note}\n"
+    assert here["err"] == f"mdmem: {asked.note}\n"
     assert run("get", "MEMORY.md", "--agent", "work", *cfg)["inProcess"]  # each agent's socket: the same
     os.kill(daemon.proc.pid, signal.SIGCONT)
     again = run("search", "backups", *cfg, "--json")
@@ -360,6 +359,6 @@ def test_hostile_replies_never_reach_the_terminal_as_a_traceback(config: Path, p
 
 def test_a_good_reply_from_a_peer_is_printed(config: Path, peer: Any) -> None:
     """The checks above do not refuse what a daemon really sends."""
-    peer(answers(ACK, frame_json({"code": 1, "stdout": "", "stderr": "mdmemory: error: über\n"})))
+    peer(answers(ACK, frame_json({"code": 1, "stdout": "", "stderr": "mdmem: error: über\n"})))
     asked = entry.ask(["get", "MEMORY.md", "--config", str(config)], os.environ)
-    assert asked == entry.Asked({"code": 1, "stdout": "", "stderr": "mdmemory: error: über\n"})
+    assert asked == entry.Asked({"code": 1, "stdout": "", "stderr": "mdmem: error: über\n"})

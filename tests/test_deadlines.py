@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.providers import deadline
-from mdmemory.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.providers.remote import OpenAIEmbeddingProvider
-from mdmemory.util.errors import InputRejected, ProviderError
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.providers import deadline
+from mdmem.providers.breaker import BreakerPolicy, CircuitBreaker, breaker_path
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
+from mdmem.providers.remote import OpenAIEmbeddingProvider
+from mdmem.util.errors import InputRejected, ProviderError
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer, Fault
 
@@ -198,7 +198,7 @@ def test_an_open_breaker_is_shared_with_other_memories_and_processes(
 
     code = (
         "import json, sys, time\n"
-        "from mdmemory.memory import Memory\n"
+        "from mdmem.memory import Memory\n"
         "with Memory.open(config_path=sys.argv[1]) as mem:\n"
         "    started = time.monotonic()\n"
         "    response = mem.search('heron river')\n"

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli.commands import main
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.runtime import watch_daemon as daemon
+from mdmem.cli.commands import main
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.runtime import watch_daemon as daemon
 from tests.conftest import write
 
 REASON = "memory search is disabled for agent 'main' (memorySearch.enabled is false)"

@@ -1,10 +1,10 @@
-"""Terminal-safe display of names and text (mdmemory.util.display)."""
+"""Terminal-safe display of names and text (mdmem.util.display)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mdmemory.util.display import display_name, display_text
+from mdmem.util.display import display_name, display_text
 
 
 @pytest.mark.parametrize(

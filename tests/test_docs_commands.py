@@ -291,12 +291,12 @@ def test_runnable_blocks_run(page: Path, tmp_path: Path) -> None:
 
 
 def test_the_setup_block_makes_the_workspace_the_config_names(tmp_path: Path) -> None:
-    """Without MDMEMORY_WORKSPACE, the README's set-up alone points mdmemory at its copy of the template."""
+    """Without MDMEMORY_WORKSPACE, the README's set-up alone points mdmem at its copy of the template."""
     run = PageRun(tmp_path)
     run.run(SETUP[0])
     env = {k: v for k, v in run.env.items() if k != "MDMEMORY_WORKSPACE"}
     done = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "--json", "status"], cwd=REPO, env=env, capture_output=True, timeout=60
+        [sys.executable, "-m", "mdmem", "--json", "status"], cwd=REPO, env=env, capture_output=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert Path(json.loads(done.stdout)["workspace"]) == run.home / "notes"
@@ -334,7 +334,7 @@ def anchors(page: Path) -> set[str]:
 
 
 def test_slug() -> None:
-    assert slug("Moving an index: `mdmemory store migrate`") == "moving-an-index-mdmemory-store-migrate"
+    assert slug("Moving an index: `mdmem store migrate`") == "moving-an-index-mdmem-store-migrate"
     assert slug("Retrieval quality (LoCoMo)") == "retrieval-quality-locomo"
 
 

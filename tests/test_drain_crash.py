@@ -1,4 +1,4 @@
-"""``kill -9`` of the agent's ``mdmemory watch`` while it writes what a replica without the files retained into
+"""``kill -9`` of the agent's ``mdmem watch`` while it writes what a replica without the files retained into
 ``sessions/*.md``: every round converges to exactly one block per entry in the files and one copy in the index,
 with the forgotten ones in neither; and a writer that died between the file and the database (blocks in the
 file, entries still pending, a torn last block) is finished by the next one without a second copy."""
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.sessionlog import render_entry
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.sessionlog import render_entry
 from tests.daemon_helpers import Daemon
 from tests.fleet import Fleet, eventually, recalled
 from tests.service_bodies import openai_entry, retain_body

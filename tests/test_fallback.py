@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.engine.provider_choice import FALLBACK_RETRY_SECONDS
-from mdmemory.memory import Memory
-from mdmemory.search.hybrid import search as run_search
-from mdmemory.store import Store
+from mdmem.engine.provider_choice import FALLBACK_RETRY_SECONDS
+from mdmem.memory import Memory
+from mdmem.search.hybrid import search as run_search
+from mdmem.store import Store
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer, Fault
 

@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from mdmemory.config.load import FallbackName, load_config
-from mdmemory.memory import Memory
+from mdmem.config.load import FallbackName, load_config
+from mdmem.memory import Memory
 from tests.conftest import REPO, write
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.flush import (
+from mdmem.agent.flush import (
     FlushDecision,
     SessionStore,
     check_flush,
@@ -23,15 +23,15 @@ from mdmemory.agent.flush import (
     sessions_path,
     workspace_writable,
 )
-from mdmemory.config.load import (
+from mdmem.config.load import (
     AgentConfig,
     CompactionConfig,
     ConfigError,
     SessionContextConfig,
     load_config,
 )
-from mdmemory.config.settings import DEFAULT_FLUSH_PROMPT, DEFAULT_FLUSH_SYSTEM_PROMPT
-from mdmemory.util.errors import StoreError
+from mdmem.config.settings import DEFAULT_FLUSH_PROMPT, DEFAULT_FLUSH_SYSTEM_PROMPT
+from mdmem.util.errors import StoreError
 from tests.agent_helpers import agent_config, run_cli, write_config
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config.example.json5"
@@ -315,7 +315,7 @@ def test_a_file_that_is_not_utf8_json_is_an_error_naming_it_and_left_alone(
     capsys.readouterr()
     assert run_cli(["flush", "done", KEY, "--config", cfg]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"mdmemory: error: {path} ") and "Traceback" not in err
+    assert err.startswith(f"mdmem: error: {path} ") and "Traceback" not in err
     assert run_cli(["status", "--config", cfg, "--json"]) == 0  # everything else works as before
     assert run_cli(["context", "--config", cfg]) == 0
 

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.memory import Memory
-from mdmemory.search.hybrid import search as run_search
-from mdmemory.store import Store, encode_vector
-from mdmemory.store.schema import MIGRATIONS, SCHEMA_VERSION
+from mdmem.config.load import load_config
+from mdmem.index.chunker import chunk_markdown
+from mdmem.memory import Memory
+from mdmem.search.hybrid import search as run_search
+from mdmem.store import Store, encode_vector
+from mdmem.store.schema import MIGRATIONS, SCHEMA_VERSION
 from tests.conftest import REPO, write
 from tests.daemon_helpers import alive
 from tests.fake_openai import FakeOpenAIServer, Fault
@@ -46,9 +46,9 @@ def write_config(path: Path, workspace: Path, **memory_search: Any) -> Path:
 
 
 def cli(config: Path, *args: str) -> dict[str, Any]:
-    """Run ``mdmemory ARGS --config CONFIG --json`` as its own process; it must exit 0 and print JSON."""
+    """Run ``mdmem ARGS --config CONFIG --json`` as its own process; it must exit 0 and print JSON."""
     proc = subprocess.run(
-        [sys.executable, "-m", "mdmemory", *args, "--config", str(config), "--json"],
+        [sys.executable, "-m", "mdmem", *args, "--config", str(config), "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -60,7 +60,7 @@ def cli(config: Path, *args: str) -> dict[str, Any]:
 
 
 def workers(config: Path) -> list[int]:
-    """Every live ``mdmemory index --worker`` process for ``config``."""
+    """Every live ``mdmem index --worker`` process for ``config``."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -101,7 +101,7 @@ def test_first_cli_search_without_an_index_answers_and_a_worker_embeds(workspace
     notes(workspace, 12)
     config = write_config(tmp_path / "cfg.json5", workspace, provider="hash")
 
-    first = cli(config, "search", "walrus")  # no `mdmemory index` ever ran
+    first = cli(config, "search", "walrus")  # no `mdmem index` ever ran
 
     assert first["results"][0]["path"] == "memory/2026-03-04.md"
     said = " ".join(first["warnings"])
@@ -195,7 +195,7 @@ def test_no_worker_while_mdmemory_watch_runs_for_the_agent(workspace: Path, tmp_
 
         assert found["results"][0]["path"] == "memory/2026-03-08.md"
         said = " ".join(found["warnings"])
-        assert f"being embedded by `mdmemory watch` (pid {daemon.proc.pid})" in said
+        assert f"being embedded by `mdmem watch` (pid {daemon.proc.pid})" in said
         assert workers(config) == [] and not Path(f"{load_config(config).agent().store_path}.worker.json").exists()
         wait_until(lambda: cli(config, "status")["pendingEmbeddings"] == 0, 60, "the daemon to embed them")
     finally:
@@ -338,7 +338,7 @@ def test_a_catch_up_interval_lets_searches_skip_the_file_walk_until_it_passes_or
 def test_a_write_announced_while_a_catch_up_runs_is_caught_up_by_the_next_search(
     workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mdmemory.engine import catchup
+    from mdmem.engine import catchup
 
     notes(workspace, 2)
     mem = make_memory(provider="none")

@@ -1,4 +1,4 @@
-"""SQLite keyword plans (mdmemory.store.fts): term by term and rare terms first give FTS5's own ranking.
+"""SQLite keyword plans (mdmem.store.fts): term by term and rare terms first give FTS5's own ranking.
 
 Each plan must answer exactly what one ``"a" OR "b" ...`` query ranked by ``bm25()`` answers (the same rows,
 the same scores to rounding), and say exactly which query terms each row holds (what a single-term query
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.memory import Memory
-from mdmemory.store import fts
+from mdmem.memory import Memory
+from mdmem.store import fts
 from tests.conftest import write
 
 VOCAB = [f"w{i:03d}" for i in range(300)]

@@ -6,12 +6,12 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.index.indexer import embedding_inputs
-from mdmemory.memory import Memory
-from mdmemory.store import Store
-from mdmemory.store.api import IndexStore
-from mdmemory.store.pg.store import PgStore
+from mdmem.index.chunker import chunk_markdown
+from mdmem.index.indexer import embedding_inputs
+from mdmem.memory import Memory
+from mdmem.store import Store
+from mdmem.store.api import IndexStore
+from mdmem.store.pg.store import PgStore
 from tests.conftest import both_backends, write
 
 LONG = "\n\n".join(f"## Section {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(120)) for i in range(8))
@@ -202,7 +202,7 @@ def test_search_syncs_small_edits_first(workspace: Path, make_memory: Callable[.
 
 
 def test_embedding_inputs_are_the_windows_with_their_heading_or_the_whole_chunk() -> None:
-    from mdmemory.store import ChunkRow
+    from mdmem.store import ChunkRow
 
     text = "## 9 May\n\nCaroline: went hiking\nMelanie: nice\n\n## 10 May\n\nCaroline: bought a guitar"
     row = ChunkRow("memory/d.md", "memory", 1, 7, "h", "e", "Log", text)
@@ -237,10 +237,10 @@ def test_phase_two_writes_a_batch_while_the_next_is_embedded_and_an_outage_keeps
 
     import pytest
 
-    import mdmemory.index.embedding as embedding
-    from mdmemory.providers.factory import ProviderChoice
-    from mdmemory.providers.hashing import HashEmbeddingProvider
-    from mdmemory.util.errors import EmbeddingsPending, ProviderError
+    import mdmem.index.embedding as embedding
+    from mdmem.providers.factory import ProviderChoice
+    from mdmem.providers.hashing import HashEmbeddingProvider
+    from mdmem.util.errors import EmbeddingsPending, ProviderError
 
     class Slow(HashEmbeddingProvider):
         def __init__(self, fail_on: int | None = None) -> None:

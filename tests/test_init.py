@@ -1,6 +1,6 @@
-"""``mdmemory init [DIR]``: a workspace and a commented config, never an overwritten file, the next commands.
+"""``mdmem init [DIR]``: a workspace and a commented config, never an overwritten file, the next commands.
 
-Every test runs the real command (``python -m mdmemory``) in a real temporary folder and reads what it wrote.
+Every test runs the real command (``python -m mdmem``) in a real temporary folder and reads what it wrote.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config import load_config
+from mdmem.config import load_config
 from tests.conftest import MINILM, REPO
 
 
 def run(cwd: Path, *argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MDMEMORY_DAEMON": "off", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "mdmemory", *argv], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "mdmem", *argv], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
     )
 
 
@@ -41,13 +41,13 @@ def test_init_writes_a_workspace_here_and_a_config_in_home(tmp_path: Path, isola
     assert (here / "AGENTS.md").read_text() == (REPO / "workspace-template" / "AGENTS.md").read_text()
     config_file = isolated_env / "config.json5"
     text = config_file.read_text()
-    assert text.startswith("// mdmemory configuration") and text.count("//") > 5  # commented
+    assert text.startswith("// mdmem configuration") and text.count("//") > 5  # commented
     config = load_config(config_file, env={"MDMEMORY_HOME": str(isolated_env)})
     agent = config.agent()
     assert Path(agent.workspace) == here and agent.memory_search.provider == "auto"
     lines = done.stdout.splitlines()
     nxt = lines[lines.index("next:") + 1 :]
-    assert [c.strip() for c in nxt] == ["mdmemory model pull", "mdmemory index", 'mdmemory search "what did we decide"']
+    assert [c.strip() for c in nxt] == ["mdmem model pull", "mdmem index", 'mdmem search "what did we decide"']
     for path in (here / "MEMORY.md", config_file):
         assert f"wrote {path}" in done.stdout
 
@@ -95,7 +95,7 @@ def test_init_with_a_model_then_index_and_a_hybrid_search(tmp_path: Path, isolat
     done = run(tmp_path, "init", "--model", str(MINILM))
     assert done.returncode == 0, done.stderr
     nxt = done.stdout.split("next:\n", 1)[1].split()
-    assert nxt[:2] == ["mdmemory", "index"] and nxt[-2:] == ["mdmemory", "watch"]
+    assert nxt[:2] == ["mdmem", "index"] and nxt[-2:] == ["mdmem", "watch"]
     log = next((tmp_path / "memory").glob("*.md"))
     log.write_text(log.read_text() + "- Miso the cat takes her thyroid pills with breakfast.\n")
     indexed = run(tmp_path, "index", "--json")

@@ -1,4 +1,4 @@
-"""mdmemory.config.json5read: the same values and errors as json5, without its parser on every command."""
+"""mdmem.config.json5read: the same values and errors as json5, without its parser on every command."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import json5
 import pytest
 
-from mdmemory.config import json5read
+from mdmem.config import json5read
 
 TEXTS = [
     '{"agents": {"defaults": {"workspace": "~/clawd"}}}',  # plain JSON: the standard library reads it

@@ -1,4 +1,4 @@
-"""One definition of a line (mdmemory.util.fileread.split_lines): a line range search cites is the text ``get`` returns
+"""One definition of a line (mdmem.util.fileread.split_lines): a line range search cites is the text ``get`` returns
 for it, for hand-edited files with CRLF, lone CR, U+2028, NEL, VT or FF, on real files and a real index."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.files.memory_get import get_file
-from mdmemory.files.workspace import Workspace
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.memory import Memory
+from mdmem.files.memory_get import get_file
+from mdmem.files.workspace import Workspace
+from mdmem.index.chunker import chunk_markdown
+from mdmem.memory import Memory
 from tests.conftest import write
 
 SEPARATORS = ["\n", "\r\n", "\r", "\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\n\n", "\r\n\r\n"]

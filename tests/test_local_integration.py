@@ -13,13 +13,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.index.indexer import embedding_input
-from mdmemory.memory import Memory
-from mdmemory.search.hybrid import search as run_search
-from mdmemory.search.query import STOP_WORDS
-from mdmemory.store import ChunkRow
-from mdmemory.util.tokens import estimate_tokens
+from mdmem.index.chunker import chunk_markdown
+from mdmem.index.indexer import embedding_input
+from mdmem.memory import Memory
+from mdmem.search.hybrid import search as run_search
+from mdmem.search.query import STOP_WORDS
+from mdmem.store import ChunkRow
+from mdmem.util.tokens import estimate_tokens
 from tests.conftest import MINILM, write
 
 pytest.importorskip("llama_cpp")

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.providers.local import (
+from mdmem.providers.local import (
     LocalEmbeddingProvider,
     family_prefixes,
     is_model_available,
@@ -18,8 +18,8 @@ from mdmemory.providers.local import (
     pull_model,
     resolve_model_path,
 )
-from mdmemory.util.errors import ProviderError
-from mdmemory.util.tokens import estimate_tokens
+from mdmem.util.errors import ProviderError
+from mdmem.util.tokens import estimate_tokens
 from tests.conftest import MINILM
 
 pytest.importorskip("llama_cpp")
@@ -92,7 +92,7 @@ def test_missing_and_invalid_model_files_name_the_path(tmp_path: Path, tiny_gguf
 def test_missing_llama_cpp_says_how_to_install(tiny_gguf: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     monkeypatch.setitem(sys.modules, "xllamacpp", None)  # without either binding (test_xllama: with xllamacpp)
-    with pytest.raises(ProviderError, match=r"pip install 'mdmemory\[local\]'"):
+    with pytest.raises(ProviderError, match=r"pip install 'mdmem\[local\]'"):
         LocalEmbeddingProvider(str(tiny_gguf), tmp_path).load()
 
 
@@ -232,7 +232,7 @@ def test_hf_uri_not_cached_explains_the_fix(hf_offline, tmp_path: Path) -> None:
             resolve_model_path(missing, cache, allow_download=allow_download)
         message = str(info.value)
         assert missing in message and str(cache) in message
-        assert f"mdmemory model pull {missing}" in message and "modelPath" in message
+        assert f"mdmem model pull {missing}" in message and "modelPath" in message
     with pytest.raises(ProviderError, match=missing):
         pull_model(missing, cache)
     with pytest.raises(ProviderError, match="missing-GGUF"):

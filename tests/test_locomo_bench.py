@@ -163,7 +163,7 @@ def test_config_settings_and_index_sharing(locomo: ModuleType, tmp_path: Path) -
 
 
 def test_config_file_loads_in_mdmemory(locomo: ModuleType, tmp_path: Path) -> None:
-    from mdmemory.config.load import load_config
+    from mdmem.config.load import load_config
 
     settings = locomo.retriever_settings("keyword", "local", [("memorySearch.chunking.tokens", 256)])
     tree = locomo.config_tree(tmp_path, tmp_path / "m.gguf", settings)

@@ -1,4 +1,4 @@
-"""KNN over the vectors held in memory (mdmemory.store.matrix): the same answers as sqlite-vec's exact scan,
+"""KNN over the vectors held in memory (mdmem.store.matrix): the same answers as sqlite-vec's exact scan,
 caught up with every write (this connection's and another process's), bounded in size, and only for a
 store that searches more than once."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mdmemory.store.matrix as matrix_mod
-from mdmemory.store import ChunkRow, FileRow, Store
+import mdmem.store.matrix as matrix_mod
+from mdmem.store import ChunkRow, FileRow, Store
 
 
 def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:

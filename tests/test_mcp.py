@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.schemas import tool_definitions
-from mdmemory.search.results import CITED_RESULT_KEYS
+from mdmem.agent.schemas import tool_definitions
+from mdmem.search.results import CITED_RESULT_KEYS
 from tests.agent_helpers import write_config
 from tests.conftest import REPO, write
 
-mcp = pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install 'mdmemory[mcp]'")
+mcp = pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install 'mdmem[mcp]'")
 anyio = pytest.importorskip("anyio")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
@@ -42,7 +42,7 @@ def drive(args: list[str], isolated_env: Path, body: Session) -> None:
             async with stdio_client(params, errlog=errlog) as (read, write_stream):
                 async with ClientSession(read, write_stream) as session:
                     init = await session.initialize()
-                    assert init.server_info.name == "mdmemory"
+                    assert init.server_info.name == "mdmem"
                     await body(session)
 
     anyio.run(main)
@@ -66,7 +66,7 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
         seen["invalid"] = await session.call_tool("memory_search", {"query": "x", "limit": 3})
         seen["status"] = await session.call_tool("memory_status", {})
 
-    drive(["-m", "mdmemory.mcp.server", "--config", str(config)], isolated_env, body)
+    drive(["-m", "mdmem.mcp.server", "--config", str(config)], isolated_env, body)
 
     tools = {t["name"]: t for t in seen["tools"]}
     assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_status"]
@@ -109,7 +109,7 @@ def test_memory_pack_through_a_real_client_in_a_group_session(config: Path, isol
         seen["bad"] = await session.call_tool("memory_pack", {"query": "backups", "budgetTokens": 0})
         seen["search"] = await session.call_tool("memory_search", {"query": "backups"})
 
-    drive(["-m", "mdmemory.mcp.server", "--config", str(config), "--kind", "group"], isolated_env, body)
+    drive(["-m", "mdmem.mcp.server", "--config", str(config), "--kind", "group"], isolated_env, body)
     pack = structured(seen["pack"])
     assert seen["pack"].is_error is False and "trace" not in pack
     assert (pack["query"], pack["budgetTokens"], pack["provider"], pack["mode"]) == (
@@ -135,7 +135,7 @@ def test_memory_pack_through_a_real_client_in_a_group_session(config: Path, isol
 def test_through_the_command_line_and_without_loading_a_model(
     tmp_path: Path, workspace: Path, isolated_env: Path
 ) -> None:
-    """``mdmemory mcp`` with a local model that is missing: initialize, listing and memory_get work, and
+    """``mdmem mcp`` with a local model that is missing: initialize, listing and memory_get work, and
     memory_search answers from keywords with a warning naming the model file."""
     write(workspace / "MEMORY.md", "# Long-term memory\n\n- fact\n")
     missing = tmp_path / "no-such-model.gguf"
@@ -163,8 +163,8 @@ def test_through_the_command_line_and_without_loading_a_model(
 def test_importing_and_building_the_server_loads_no_embedding_backend(config: Path) -> None:
     code = (
         "import sys\n"
-        "from mdmemory.memory import Memory\n"
-        "from mdmemory.mcp.server import build_server\n"
+        "from mdmem.memory import Memory\n"
+        "from mdmem.mcp.server import build_server\n"
         f"build_server(Memory.open(config_path={str(config)!r}))\n"
         "print(sorted(m for m in ('llama_cpp', 'openai', 'huggingface_hub') if m in sys.modules))\n"
     )
@@ -176,7 +176,7 @@ def test_bad_config_exits_2_with_a_message(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json5"
     bad.write_text("{ agents: { defaults: { compaction: { reserveTokensFlor: 1 } } } }")
     done = subprocess.run(
-        [sys.executable, "-m", "mdmemory.mcp.server", "--config", str(bad)], capture_output=True, text=True, cwd=REPO
+        [sys.executable, "-m", "mdmem.mcp.server", "--config", str(bad)], capture_output=True, text=True, cwd=REPO
     )
     assert done.returncode == 2 and done.stdout == ""
     assert "did you mean 'reserveTokensFloor'" in done.stderr

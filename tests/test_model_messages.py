@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli.commands import main
-from mdmemory.config.load import MemorySearchConfig, load_config
-from mdmemory.providers.factory import build
-from mdmemory.providers.local import read_gguf_header
-from mdmemory.util.errors import ProviderError
+from mdmem.cli.commands import main
+from mdmem.config.load import MemorySearchConfig, load_config
+from mdmem.providers.factory import build
+from mdmem.providers.local import read_gguf_header
+from mdmem.util.errors import ProviderError
 
 
 def settings(tmp_path: Path, model_path: str) -> MemorySearchConfig:
@@ -27,7 +27,7 @@ def test_a_missing_model_file_path_is_not_told_to_pull(tmp_path: Path) -> None:
         build("local", settings(tmp_path, str(missing)), tmp_path, {})
     message = str(info.value)
     assert str(missing) in message and "does not exist" in message and "check the path" in message
-    assert "memorySearch.local.modelPath" in message and "`mdmemory model convert SRC OUT`" in message
+    assert "memorySearch.local.modelPath" in message and "`mdmem model convert SRC OUT`" in message
     assert "model pull" not in message  # pull only fetches hf: URIs
 
 
@@ -35,7 +35,7 @@ def test_a_missing_hf_model_is_told_to_pull_that_uri(tmp_path: Path) -> None:
     uri = "hf:someone/some-GGUF/model-q8_0.gguf"
     with pytest.raises(ProviderError) as info:
         build("local", settings(tmp_path, uri), tmp_path, {})
-    assert f"`mdmemory model pull {uri}`" in str(info.value)
+    assert f"`mdmem model pull {uri}`" in str(info.value)
 
 
 @pytest.mark.parametrize("content", [b"", b"PK\x03\x04 a zip, not a model", b"GGUF\x01\x00\x00\x00"])
@@ -46,7 +46,7 @@ def test_a_file_that_is_not_gguf_names_the_convert_command(tmp_path: Path, conte
         read_gguf_header(path)
     message = str(info.value)
     assert "is not a GGUF model file" in message and "memorySearch.local.modelPath" in message
-    assert "`mdmemory model convert SRC OUT`" in message and "mdmemory.providers.bert_to_gguf" not in message
+    assert "`mdmem model convert SRC OUT`" in message and "mdmem.providers.bert_to_gguf" not in message
 
 
 def test_the_cli_shows_the_path_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ import warnings
 
 import pytest
 
-from mdmemory.util.moved import OLD_PATHS
+from mdmem.util.moved import OLD_PATHS
 from tests.conftest import REPO
 
 
@@ -30,23 +30,23 @@ def _python(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_an_old_path_warns_and_names_the_new_one_but_the_old_console_script_does_not() -> None:
-    warned = _python("-W", "error::DeprecationWarning", "-c", "import mdmemory.cli_format")
-    assert warned.returncode == 1 and "mdmemory.cli_format is now mdmemory.cli.formatting" in warned.stderr
-    quiet = _python("-W", "error::DeprecationWarning", "-c", "from mdmemory.entry import main; print(main)")
+    warned = _python("-W", "error::DeprecationWarning", "-c", "import mdmem.cli_format")
+    assert warned.returncode == 1 and "mdmem.cli_format is now mdmem.cli.formatting" in warned.stderr
+    quiet = _python("-W", "error::DeprecationWarning", "-c", "from mdmem.entry import main; print(main)")
     assert quiet.returncode == 0 and "function main" in quiet.stdout
 
 
 def test_old_modules_that_became_packages_forward_their_attributes() -> None:
-    from mdmemory import cli
-    from mdmemory.config import load_config
-    from mdmemory.config.load import load_config as moved
+    from mdmem import cli
+    from mdmem.config import load_config
+    from mdmem.config.load import load_config as moved
 
-    assert load_config is moved and cli.main is importlib.import_module("mdmemory.cli.commands").main
+    assert load_config is moved and cli.main is importlib.import_module("mdmem.cli.commands").main
 
 
 def test_python_dash_m_of_an_old_name_runs_the_new_module() -> None:
-    ran = _python("-m", "mdmemory.cli_format")  # a module without a __main__ block: runs, prints nothing
+    ran = _python("-m", "mdmem.cli_format")  # a module without a __main__ block: runs, prints nothing
     assert ran.returncode == 0, ran.stderr
-    helped = _python("-W", "ignore::DeprecationWarning", "-m", "mdmemory.mcp_server", "--help")
-    new = _python("-m", "mdmemory.mcp.server", "--help")
+    helped = _python("-W", "ignore::DeprecationWarning", "-m", "mdmem.mcp_server", "--help")
+    new = _python("-m", "mdmem.mcp.server", "--help")
     assert (helped.returncode, helped.stdout) == (new.returncode, new.stdout)

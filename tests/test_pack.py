@@ -1,4 +1,4 @@
-"""mdmemory.pack.build, pure: trimming, merging, duplicates, the budget and the receipts (table-driven), plus a
+"""mdmem.pack.build, pure: trimming, merging, duplicates, the budget and the receipts (table-driven), plus a
 property test over random files, candidates, budgets and tokenizers."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.pack.build import FOCUS_LINES, HEADER, build_pack
-from mdmemory.pack.items import Pack, PackItem, cite, kind_of
-from mdmemory.pack.trim import Window
-from mdmemory.search.hybrid import Hit
-from mdmemory.store import ChunkRow
-from mdmemory.util.tokens import estimate_tokens
+from mdmem.index.chunker import chunk_markdown
+from mdmem.pack.build import FOCUS_LINES, HEADER, build_pack
+from mdmem.pack.items import Pack, PackItem, cite, kind_of
+from mdmem.pack.trim import Window
+from mdmem.search.hybrid import Hit
+from mdmem.store import ChunkRow
+from mdmem.util.tokens import estimate_tokens
 
 DAILY = """# 2026-03-09
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.agent.schemas import PACK_OUTPUT
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.pack.build import HEADER, min_budget
-from mdmemory.util.errors import InvalidArgumentError
-from mdmemory.util.tokens import estimate_tokens
+from mdmem.agent.dispatch import call_tool
+from mdmem.agent.schemas import PACK_OUTPUT
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.pack.build import HEADER, min_budget
+from mdmem.util.errors import InvalidArgumentError
+from mdmem.util.tokens import estimate_tokens
 from tests.agent_helpers import run_cli, write_config
 from tests.conftest import write
 

@@ -1,4 +1,4 @@
-"""Memory.pack, mdmemory pack and memory_pack over real indexes (SQLite, FTS5, sqlite-vec, the hash provider):
+"""Memory.pack, mdmem pack and memory_pack over real indexes (SQLite, FTS5, sqlite-vec, the hash provider):
 exact line ranges, the budget over random workspaces, the trace, keyword-only mode, sources, stale files,
 and memory_search citations (on / off / auto by session kind, OpenClaw's memory.citations)."""
 
@@ -15,16 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.agent.schemas import PACK_OUTPUT
-from mdmemory.config.load import load_config
-from mdmemory.engine.packing import candidate_count
-from mdmemory.memory import Memory
-from mdmemory.pack.build import min_budget
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.util.errors import ConfigError, InvalidArgumentError
-from mdmemory.util.tokens import estimate_tokens
+from mdmem.agent.dispatch import call_tool
+from mdmem.agent.schemas import PACK_OUTPUT
+from mdmem.config.load import load_config
+from mdmem.engine.packing import candidate_count
+from mdmem.memory import Memory
+from mdmem.pack.build import min_budget
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
+from mdmem.util.errors import ConfigError, InvalidArgumentError
+from mdmem.util.tokens import estimate_tokens
 from tests.agent_helpers import run_cli, write_config
 from tests.conftest import both_backends, write
 

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import sqlean
 
-from mdmemory.agent.schemas import SEARCH_OUTPUT
-from mdmemory.memory import Memory
-from mdmemory.search.query import keyword_terms, query_terms
+from mdmem.agent.schemas import SEARCH_OUTPUT
+from mdmem.memory import Memory
+from mdmem.search.query import keyword_terms, query_terms
 from tests.conftest import MINILM, write
 from tests.paraphrases import FILES, PAIRS, UNANSWERABLE, Pair, note_of
 from tests.test_agent_tools import validate
@@ -29,7 +29,7 @@ needs_minilm = pytest.mark.skipif(
     importlib.util.find_spec("llama_cpp") is None or not MINILM.is_file(),
     reason=f"needs llama_cpp and {MINILM}",
 )
-INDEX_TOKENIZER = "porter unicode61 remove_diacritics 2"  # chunks_fts in mdmemory/store/schema.py
+INDEX_TOKENIZER = "porter unicode61 remove_diacritics 2"  # chunks_fts in mdmem/store/schema.py
 
 
 # -- the set itself (no model needed) ------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""kill -9 of an ``mdmemory index`` process on PostgreSQL, mid-sync and mid-rebuild: what it leaves is never
+"""kill -9 of an ``mdmem index`` process on PostgreSQL, mid-sync and mid-rebuild: what it leaves is never
 half-visible, searches keep answering, and the next writer converges on the files (as a fresh index)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.store.api import IndexStore
-from mdmemory.store.pg.store import PgStore
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.store.api import IndexStore
+from mdmem.store.pg.store import PgStore
 from tests.test_crash_safety import mutate, seed_and_index, write_config
 
 KILLS = 12  # kills that landed while the process ran

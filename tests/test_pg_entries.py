@@ -1,12 +1,12 @@
-"""The database's record of retained entries and tombstones (mdmemory.store.pg.entries) on a real PostgreSQL:
+"""The database's record of retained entries and tombstones (mdmem.store.pg.entries) on a real PostgreSQL:
 statuses across replicas, tombstones winning whatever order they commit in, and what the files' host drains."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mdmemory.files.pending import PendingEntry, Tombstone
-from mdmemory.store.pg.entries import PgEntryLog
+from mdmem.files.pending import PendingEntry, Tombstone
+from mdmem.store.pg.entries import PgEntryLog
 
 
 def log_of(pg: tuple[Any, str], agent: str = "main") -> PgEntryLog:

@@ -1,5 +1,5 @@
 """One PostgreSQL, one agent id, two workspaces: the second is refused, naming both; replicas of one
-workspace are not. Real `mdmemory` processes with two homes (state folders) and a real PostgreSQL.
+workspace are not. Real `mdmem` processes with two homes (state folders) and a real PostgreSQL.
 
 Each "host" here has its own ``MDMEMORY_HOME``, workspace and configuration file; what the store sees of a
 host is its workspace's id (``.mdmemory/workspace-id``), host name and real path.
@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.store.workspaceid import ID_DIR, ID_FILE
-from mdmemory.util.errors import StoreError, WorkspaceError
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
+from mdmem.store.workspaceid import ID_DIR, ID_FILE
+from mdmem.util.errors import StoreError, WorkspaceError
 from tests.conftest import REPO, write
 
 
@@ -55,7 +55,7 @@ class Host:
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         full = {**os.environ, "PYTHONPATH": str(REPO), "MDMEMORY_HOME": str(self.home), **(env or {})}
-        cmd = [sys.executable, "-m", "mdmemory", *args, "--config", str(self.config), "--json"]
+        cmd = [sys.executable, "-m", "mdmem", *args, "--config", str(self.config), "--json"]
         return subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=120, cwd=REPO)
 
     def ok(self, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def test_a_second_workspace_under_the_same_agent_id_is_refused_naming_both(
         assert "31-17-05" not in refused.stdout + refused.stderr  # nothing of A's notes
         said = refused.stderr
         assert f"workspace {a.workspace} on host" in said and f"workspace {b.workspace} on host" in said, said
-        assert "agent 'main' in PostgreSQL schema" in said and "mdmemory index --take-over" in said, said
+        assert "agent 'main' in PostgreSQL schema" in said and "mdmem index --take-over" in said, said
     status = b.ok("status")
     assert status["storeState"]["state"] != "ok" and "take-over" in json.dumps(status["storeState"])
     assert indexed_paths(store) == {"MEMORY.md", "memory/alpha.md"}  # B wrote nothing

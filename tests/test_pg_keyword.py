@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 import sqlean
 
-from mdmemory.store.pg import keyword
-from mdmemory.store.pg.connection import connect, shown_url
-from mdmemory.store.pg.schema import SCHEMA_VERSION, check_schema_name, migrate
-from mdmemory.store.schema import FTS_TOKENIZE
-from mdmemory.store.terms import text_terms
-from mdmemory.util.errors import StoreError
+from mdmem.store.pg import keyword
+from mdmem.store.pg.connection import connect, shown_url
+from mdmem.store.pg.schema import SCHEMA_VERSION, check_schema_name, migrate
+from mdmem.store.schema import FTS_TOKENIZE
+from mdmem.store.terms import text_terms
+from mdmem.util.errors import StoreError
 
 WORDS = (
     "backup server deploy database index search meeting budget travel flight hotel dinner birthday doctor "
@@ -111,7 +111,7 @@ def test_migrations_run_once_and_refuse_a_newer_schema(pg: tuple[Any, str]) -> N
     assert migrate(conn, schema) == SCHEMA_VERSION  # again: nothing to do
     with conn.transaction():
         conn.execute(f"INSERT INTO {schema}.migrations (version) VALUES (%s)", (SCHEMA_VERSION + 1,))
-    with pytest.raises(StoreError, match="newer than this mdmemory"):
+    with pytest.raises(StoreError, match="newer than this mdmem"):
         migrate(conn, schema)
     with pytest.raises(StoreError, match="store.schema"):
         check_schema_name("Robert'); DROP TABLE x;--")
@@ -120,7 +120,7 @@ def test_migrations_run_once_and_refuse_a_newer_schema(pg: tuple[Any, str]) -> N
 def test_an_index_written_before_postings_carried_lengths_is_searched_the_same_after_migrating(
     pg: tuple[Any, str],
 ) -> None:
-    from mdmemory.store.pg.schema import MIGRATIONS
+    from mdmem.store.pg.schema import MIGRATIONS
 
     conn, _ = pg
     old = "m_" + uuid.uuid4().hex[:10]

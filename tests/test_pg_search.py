@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from mdmemory.config.load import HybridConfig
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.search.hybrid import search
-from mdmemory.store import Store
-from mdmemory.store.pg.store import PgStore
-from mdmemory.store.rows import ChunkRow, FileRow
+from mdmem.config.load import HybridConfig
+from mdmem.index.chunker import chunk_markdown
+from mdmem.search.hybrid import search
+from mdmem.store import Store
+from mdmem.store.pg.store import PgStore
+from mdmem.store.rows import ChunkRow, FileRow
 
 NAMES = "Dana Mika Caroline Melanie Jon Gina".split()
 TOPICS = (

@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.store.pg.store import PgStore
-from mdmemory.store.rows import ChunkRow, FileRow
-from mdmemory.util.errors import LockError
+from mdmem.store.pg.store import PgStore
+from mdmem.store.rows import ChunkRow, FileRow
+from mdmem.util.errors import LockError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -98,8 +98,8 @@ def test_a_writer_killed_mid_rebuild_leaves_the_live_index_answering(pg_url: str
         f"""
         import os, signal, sys
         sys.path.insert(0, {str(REPO)!r})
-        from mdmemory.store.rows import ChunkRow, FileRow
-        from mdmemory.store.pg.store import PgStore
+        from mdmem.store.rows import ChunkRow, FileRow
+        from mdmem.store.pg.store import PgStore
         store = PgStore({pg_url!r}, "a1", {schema!r})
         with store.writer():
             gen = store.begin_generation()
@@ -133,8 +133,8 @@ def test_an_sqlite_index_is_copied_with_its_vectors_and_pending_chunks(
     schema: str,
     tmp_path: Path,
 ) -> None:
-    from mdmemory.store import Store
-    from mdmemory.store.copy import copy_index
+    from mdmem.store import Store
+    from mdmem.store.copy import copy_index
 
     rng = np.random.default_rng(2)
     with Store(tmp_path / "index.sqlite") as lite, PgStore(pg_url, "a1", schema) as pg:
@@ -170,8 +170,8 @@ def test_document_frequencies_are_remembered_until_the_index_changes(pg_url: str
 
 
 def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, schema: str) -> None:
-    from mdmemory.store.pg.connection import try_lock
-    from mdmemory.store.pg.view import lock_key
+    from mdmem.store.pg.connection import try_lock
+    from mdmem.store.pg.view import lock_key
 
     first = PgStore(pg_url, "a1", schema)
     with pytest.raises(RuntimeError), first.session():  # a block that fails between taking and releasing it
@@ -188,7 +188,7 @@ def test_a_connection_given_back_to_the_pool_holds_no_writer_lock(pg_url: str, s
 
 
 def _hnsw_state(store: PgStore, dims: int) -> str | None:
-    from mdmemory.store.pg import vectors
+    from mdmem.store.pg import vectors
 
     with store.session() as conn, conn.cursor() as cur:
         state = vectors.index_state(cur, store.schema, store.agent_id, store.gen, dims)
@@ -198,7 +198,7 @@ def _hnsw_state(store: PgStore, dims: int) -> str | None:
 def test_a_generation_is_indexed_once_it_is_loaded_and_big_enough_and_a_killed_builds_index_by_the_next(
     pg_url: str, schema: str
 ) -> None:
-    from mdmemory.store.pg import vectors
+    from mdmem.store.pg import vectors
 
     per_file = 600
     rng = np.random.default_rng(4)
@@ -229,7 +229,7 @@ def test_a_generation_is_indexed_once_it_is_loaded_and_big_enough_and_a_killed_b
 
 
 def test_vectors_go_to_the_server_and_back_in_pgvectors_binary_form(pg_url: str, schema: str) -> None:
-    from mdmemory.store.pg import codec
+    from mdmem.store.pg import codec
 
     v = np.array([0.5, -1.25, 3.0, 1e-7, -0.0], dtype=np.float32)
     with PgStore(pg_url, "a1", schema) as store, store.session() as conn:
@@ -243,7 +243,7 @@ def test_vectors_go_to_the_server_and_back_in_pgvectors_binary_form(pg_url: str,
 
 @pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
 def test_a_sync_ends_with_a_big_generations_vectors_under_their_index(make_memory: Any, workspace: Path) -> None:
-    from mdmemory.store.pg import vectors
+    from mdmem.store.pg import vectors
 
     words = [f"w{i}" for i in range(3000)]  # one vector per chunk: enough chunks for an index
     for day in range(1, 11):
@@ -278,7 +278,7 @@ def test_a_search_reads_one_snapshot_whatever_a_writer_commits_meanwhile(pg_url:
 def test_a_vector_search_started_ahead_runs_on_a_second_connection_in_the_searchs_snapshot(
     pg_url: str, schema: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mdmemory.store.pg import searching
+    from mdmem.store.pg import searching
 
     lent: list[object] = []
     real_spare = searching.spare

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.store.pg import vectors
+from mdmem.store.pg import vectors
 
 
 def clustered(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:

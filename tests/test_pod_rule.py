@@ -1,5 +1,5 @@
-"""The pod rule (mdmemory.service.pods ``decide``), pure and table-driven; the pod settings' errors; the claims
-kept beside an agent's index (mdmemory.service.podclaims), raced by several processes. The same through a
+"""The pod rule (mdmem.service.pods ``decide``), pure and table-driven; the pod settings' errors; the claims
+kept beside an agent's index (mdmem.service.podclaims), raced by several processes. The same through a
 real service: tests/test_service_pods.py."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.service.podclaims import claim, claim_file, read_claim
-from mdmemory.service.pods import Owner, PodRefused, decide, scoped_id, split_id
-from mdmemory.util.errors import ConfigError, StoreError
+from mdmem.config.load import load_config
+from mdmem.service.podclaims import claim, claim_file, read_claim
+from mdmem.service.pods import Owner, PodRefused, decide, scoped_id, split_id
+from mdmem.util.errors import ConfigError, StoreError
 
 # -- the rule, pure ----------------------------------------------------------------------------------------
 

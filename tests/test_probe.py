@@ -2,7 +2,7 @@
 
 A child process killed by SIGILL is made for real: a stand-in interpreter that kills itself with SIGILL
 (``os.kill(os.getpid(), SIGILL)``) exactly where a llama.cpp build using instructions the CPU lacks would
-die. The probe's real child (``python -m mdmemory.providers.probe``) is exercised with the tiny GGUF.
+die. The probe's real child (``python -m mdmem.providers.probe``) is exercised with the tiny GGUF.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.memory import Memory
-from mdmemory.providers import native, probe
-from mdmemory.util.errors import ProviderError
+from mdmem.memory import Memory
+from mdmem.providers import native, probe
+from mdmem.util.errors import ProviderError
 from tests.conftest import write
 
 llama_cpp = pytest.importorskip("llama_cpp")

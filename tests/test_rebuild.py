@@ -14,12 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.store import Store
-from mdmemory.store.open import open_store
-from mdmemory.util.errors import EmbeddingsPending, ProviderError
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
+from mdmem.store import Store
+from mdmem.store.open import open_store
+from mdmem.util.errors import EmbeddingsPending, ProviderError
 from tests.conftest import REPO, both_backends, write
 
 
@@ -141,10 +141,10 @@ def test_identity_change_during_an_outage_swaps_in_the_text_and_embeds_later(
 
 SLOW_REBUILD = r"""
 import sys, time
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
 
 class Slow(HashEmbeddingProvider):
     def embed_batch(self, texts):

@@ -1,4 +1,4 @@
-"""A recall within its budget, against a real ``mdmemory serve`` (mdmemory.service.startup, .timebox).
+"""A recall within its budget, against a real ``mdmem serve`` (mdmem.service.startup, .timebox).
 
 The embedding provider is real: MiniLM (skipped when the model is absent), or the OpenAI-compatible server
 of tests/fake_openai.py on 127.0.0.1 that the tests make slow or hang, so that "the recall did not wait for

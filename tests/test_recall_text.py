@@ -1,6 +1,6 @@
 """What a prompt sees of retained turns: ``**User:** … **Assistant:** …`` as they were said, with a ``Source:``
 citation, and none of the session-file format's bookkeeping (entry-id headings, closing markers, escapes) —
-in recall answers (through a real ``mdmemory serve`` fed cllama's bodies), pack items and search snippets."""
+in recall answers (through a real ``mdmem serve`` fed cllama's bodies), pack items and search snippets."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mdmemory.config.load import load_config, with_sessions
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.sessionview import inside_block, prompt_text
-from mdmemory.files.turns import Turn
-from mdmemory.memory import Memory
-from mdmemory.service.recall import memories_of
+from mdmem.config.load import load_config, with_sessions
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.sessionview import inside_block, prompt_text
+from mdmem.files.turns import Turn
+from mdmem.memory import Memory
+from mdmem.service.recall import memories_of
 from tests import cllama_shapes as cs
 from tests import cllama_turns
 from tests.conftest import both_backends
@@ -183,7 +183,7 @@ def test_recall_stays_in_the_proxys_limits_with_many_big_turns(service: Service)
 
 
 def test_the_8_kib_are_counted_as_the_proxy_counts_them_after_its_scrubbing() -> None:
-    """``sk-`` and six characters (scikit-learn's ``sk-learn``...) is not a secret to mdmemory, but cllama
+    """``sk-`` and six characters (scikit-learn's ``sk-learn``...) is not a secret to mdmem, but cllama
     turns it into ``[redacted-secret]`` before it counts the bytes: a recall filled to 8 KiB by our count would
     lose its last block there."""
     line = "pip install sk-learn-models; then sk-abcdef runs the job. "

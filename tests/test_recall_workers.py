@@ -1,4 +1,4 @@
-"""Recalls answered by worker processes (mdmemory.service.recallpool), against a real ``mdmemory serve``.
+"""Recalls answered by worker processes (mdmem.service.recallpool), against a real ``mdmem serve``.
 
 The workers are real child processes: the tests find them in /proc, kill them at rest and in the middle of
 a burst of recalls, and check that every recall is still answered (in the service's own process while a
@@ -37,7 +37,7 @@ def workers_of(pid: int) -> list[int]:
                 cmd = f.read()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == pid and b"mdmemory.service.recall_worker" in cmd:
+        if ppid == pid and b"mdmem.service.recall_worker" in cmd:
             found.append(int(entry))
     return sorted(found)
 

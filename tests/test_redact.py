@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mdmemory.util.redaction.credentials import is_secret_name, looks_secret, redact_value, scrub
+from mdmem.util.redaction.credentials import is_secret_name, looks_secret, redact_value, scrub
 
 
 @pytest.mark.parametrize(
@@ -61,14 +61,14 @@ def test_kinds_the_new_detector_knows_are_scrubbed_too() -> None:
 
 
 def test_one_marker_format_in_the_package() -> None:
-    """No module outside mdmemory.util.redaction writes a marker of its own (``***``, ``<redacted>``, a hand-made
+    """No module outside mdmem.util.redaction writes a marker of its own (``***``, ``<redacted>``, a hand-made
     ``[REDACTED...]``): they all use that package's (docstrings aside)."""
     import ast
     from pathlib import Path
 
-    import mdmemory
+    import mdmem
 
-    root = Path(mdmemory.__file__).parent
+    root = Path(mdmem.__file__).parent
     found = []
     for path in root.rglob("*.py"):
         if path.parent.name == "redaction":

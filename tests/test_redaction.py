@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from mdmemory.util.redaction import KINDS, find_secrets, redact
+from mdmem.util.redaction import KINDS, find_secrets, redact
 
 _rng = random.Random(12)
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mdmemory.util.redaction import KINDS, find_secrets, marker, redact
-from mdmemory.util.redaction.rules import RULES
+from mdmem.util.redaction import KINDS, find_secrets, marker, redact
+from mdmem.util.redaction.rules import RULES
 from tests.redaction_corpus import LOOK_ALIKES, SECRETS, Case
 
 

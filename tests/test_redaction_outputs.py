@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.memory import Memory
-from mdmemory.util.redaction import redact
+from mdmem.agent.dispatch import call_tool
+from mdmem.memory import Memory
+from mdmem.util.redaction import redact
 from tests.conftest import write
 
 KEY = "sk-" + "proj-" + "Qm9vbGVhbjEy" + "X7kPz3rT9wLq2Vn8" + "Hc4Yd6"  # assembled: no key-shaped literal
@@ -69,7 +69,7 @@ def test_pack_items_and_bundle_never_hold_a_secret(mem: Memory, workspace: Path)
 
 def test_a_range_holding_only_the_middle_of_a_pem_block_loses_it(mem: Memory, workspace: Path) -> None:
     # lines of the key body, without BEGIN or END in range: found in the whole file, so still redacted
-    from mdmemory.pack.trim import FileLines
+    from mdmem.pack.trim import FileLines
 
     lines = (workspace / "MEMORY.md").read_text(encoding="utf-8").split("\n")
     f = FileLines(lines)
@@ -101,11 +101,11 @@ def test_every_output_marks_a_secret_one_way(mem: Memory, tmp_path: Path) -> Non
     """Search, pack, recall, the tools, session context, a retained turn, status, config errors and shown
     store URLs: a secret becomes ``[REDACTED:<kind>]`` (``[REDACTED]`` for a named secret's value), never
     another marker (``<redacted>``, ``***``...)."""
-    from mdmemory.config.load import load_config
-    from mdmemory.config.store import shown_url
-    from mdmemory.files.retained import render_entry
-    from mdmemory.service.recall import memories_of
-    from mdmemory.util.errors import ConfigError
+    from mdmem.config.load import load_config
+    from mdmem.config.store import shown_url
+    from mdmem.files.retained import render_entry
+    from mdmem.service.recall import memories_of
+    from mdmem.util.errors import ConfigError
     from tests.service_bodies import openai_entry
 
     config_errors = []
@@ -202,9 +202,9 @@ def corpus_mem(workspace: Path, make_memory: Callable[..., Memory]) -> Memory:
 
 
 def _outputs(mem: Memory, query: str) -> dict[str, object]:
-    from mdmemory.files.sessionlog import render_entry
-    from mdmemory.service.contract import BLOCKED_KINDS  # noqa: F401 - the recall module's limits
-    from mdmemory.service.recall import memories_of
+    from mdmem.files.sessionlog import render_entry
+    from mdmem.service.contract import BLOCKED_KINDS  # noqa: F401 - the recall module's limits
+    from mdmem.service.recall import memories_of
     from tests.service_bodies import openai_entry
 
     notes, _ = _corpus_notes()
@@ -243,7 +243,7 @@ def test_a_token_in_a_file_name_never_shows_and_get_still_reads_the_file(corpus_
     assert redact(shown) == shown  # redacting what was redacted changes nothing (recall redacts pack text again)
     search = corpus_mem.search("walrus deploy Fridays", min_score=0.0)
     pack = corpus_mem.pack("walrus deploy Fridays", budget_tokens=2000, trace=True)
-    from mdmemory.service.recall import memories_of
+    from mdmem.service.recall import memories_of
 
     recall = memories_of(corpus_mem.pack("walrus deploy Fridays", budget_tokens=1500, max_items=8))
     for name, value in {"search": search, "pack": pack, "recall": recall}.items():

@@ -3,7 +3,7 @@ character offset, after cllama redacted each event on its own (``Bearer [redacte
 of the token in the next), never reaches the session file, recall, search or pack.
 
 cllama's ``scrubMemoryText`` (internal/proxy/memory.go) is ported below: it runs on the raw SSE text, where
-each ``data:`` line is one event, so it cannot see a token cut by an event boundary. mdmemory joins the deltas
+each ``data:`` line is one event, so it cannot see a token cut by an event boundary. mdmem joins the deltas
 (files.payloads.response_sse) and redacts the joined text, including the rest of a token glued to the
 proxy's marker.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.files.entry_id import entry_id
-from mdmemory.files.sessionlog import render_entry
+from mdmem.files.entry_id import entry_id
+from mdmem.files.sessionlog import render_entry
 from tests.service_bodies import anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -28,7 +28,7 @@ TOKEN = "Q7MZP2XK9LRT4VWB8NCY1DFH6JSA3EGU"
 SECRETS = {
     "bearer": f"Authorization: Bearer {TOKEN}",
     "sk": "sk-proj-" + TOKEN + "4KD9",
-    "github": "gh" + "p_" + TOKEN + "X2R7",  # cllama does not know it: mdmemory alone must take it whole
+    "github": "gh" + "p_" + TOKEN + "X2R7",  # cllama does not know it: mdmem alone must take it whole
 }
 BEFORE, AFTER = "please call the billing api with ", " and then report the weather"
 
@@ -125,7 +125,7 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def test_a_real_service_keeps_no_piece_of_a_split_bearer_token(service: Service, tmp_path: Path) -> None:
-    """Every offset through ``mdmemory serve``: the session files, recall, and what search and pack return
+    """Every offset through ``mdmem serve``: the session files, recall, and what search and pack return
     hold no piece of the token, though cllama left the rest of it in the next delta each time."""
     sentence = BEFORE + SECRETS["bearer"] + AFTER
     start = len(BEFORE)

@@ -1,19 +1,19 @@
-"""The detect-secrets snapshot (mdmemory/util/redaction/upstream.py) is the installed detect-secrets' plugins'
-denylists, and every pattern in it has a decision in mdmemory.util.redaction.rules.UPSTREAM: a rule, or why not."""
+"""The detect-secrets snapshot (mdmem/util/redaction/upstream.py) is the installed detect-secrets' plugins'
+denylists, and every pattern in it has a decision in mdmem.util.redaction.rules.UPSTREAM: a rule, or why not."""
 
 from __future__ import annotations
 
 import importlib.metadata
 
-from mdmemory.util.redaction import rules, upstream
-from mdmemory.util.redaction.rules import UPSTREAM, Rule
+from mdmem.util.redaction import rules, upstream
+from mdmem.util.redaction.rules import UPSTREAM, Rule
 from tests.redaction_upstream_sync import denylists
 
 
 def test_the_snapshot_is_the_installed_detect_secrets() -> None:
     assert upstream.VERSION == importlib.metadata.version("detect-secrets"), (
         "detect-secrets changed. Fix: python -m tests.redaction_upstream_sync, then decide each new pattern in "
-        "mdmemory/util/redaction/rules.py (UPSTREAM)"
+        "mdmem/util/redaction/rules.py (UPSTREAM)"
     )
     assert upstream.DENYLISTS == denylists()
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.remember import remember
-from mdmemory.config.load import AgentConfig
-from mdmemory.memory import Memory
-from mdmemory.util.errors import ConfigError, WorkspaceError
+from mdmem.agent.remember import remember
+from mdmem.config.load import AgentConfig
+from mdmem.memory import Memory
+from mdmem.util.errors import ConfigError, WorkspaceError
 from tests.agent_helpers import agent_config, run_cli, write_config
 from tests.conftest import write
 

@@ -15,14 +15,14 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from mdmemory.providers.remote import (
+from mdmem.providers.remote import (
     LOCAL_PLACEHOLDER_KEY,
     OpenAIEmbeddingProvider,
     display_url,
     is_loopback,
     parse_retry_after,
 )
-from mdmemory.util.errors import ProviderError, TransientProviderError
+from mdmem.util.errors import ProviderError, TransientProviderError
 from tests.fake_openai import FakeOpenAIServer, Fault, fake_vector
 
 KEY = "sk-test-SECRET-123"
@@ -203,7 +203,7 @@ def test_sdk_retries_are_disabled(server: FakeOpenAIServer) -> None:
 def test_openai_is_imported_lazily() -> None:
     code = (
         "import sys\n"
-        "from mdmemory.providers.remote import OpenAIEmbeddingProvider\n"
+        "from mdmem.providers.remote import OpenAIEmbeddingProvider\n"
         "p = OpenAIEmbeddingProvider(api_key='k', env={})\n"
         "p.identity(); p.provider_key; p.close()\n"
         "assert 'openai' not in sys.modules\n"

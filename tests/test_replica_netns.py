@@ -1,6 +1,6 @@
-"""A replica on another "host": a ``mdmemory serve`` in a network namespace of its own, joined to this one by a
+"""A replica on another "host": a ``mdmem serve`` in a network namespace of its own, joined to this one by a
 veth pair, reaching PostgreSQL over TCP on the veth address (it cannot reach this host's loopback). With the
-agent's host here (its workspace and ``mdmemory watch``) and a second replica here, a retain on the far replica
+agent's host here (its workspace and ``mdmem watch``) and a second replica here, a retain on the far replica
 is recalled here and written into the agent's files once; a forget here is honoured there at once.
 
 Needs root and ``ip netns``; skipped otherwise."""

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.files import clock
-from mdmemory.memory import Memory
-from mdmemory.search.scoring import decay_factor, log_date, mmr_order
-from mdmemory.util.errors import ConfigError
+from mdmem.config.load import load_config
+from mdmem.files import clock
+from mdmem.memory import Memory
+from mdmem.search.scoring import decay_factor, log_date, mmr_order
+from mdmem.util.errors import ConfigError
 from tests.conftest import write
 
 NOTE = "The deploy uses a blue-green rollout with canary checks before the switch."

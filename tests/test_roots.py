@@ -1,4 +1,4 @@
-"""A missing workspace, memory/ or extraPaths entry never empties the index (mdmemory.files.roots)."""
+"""A missing workspace, memory/ or extraPaths entry never empties the index (mdmem.files.roots)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.files.workspace import MissingRoot, Workspace
-from mdmemory.memory import Memory
-from mdmemory.util.errors import WorkspaceError
+from mdmem.files.workspace import MissingRoot, Workspace
+from mdmem.memory import Memory
+from mdmem.util.errors import WorkspaceError
 from tests.agent_helpers import run_cli
 from tests.conftest import write
 

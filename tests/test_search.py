@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.agent.schemas import SEARCH_OUTPUT
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.search.query import cjk_match, contains_all_terms, query_terms
-from mdmemory.search.results import CITED_RESULT_KEYS
-from mdmemory.search.scoring import LOW_CONFIDENCE_SHARE, fuse_rrf, fuse_weighted, low_confidence_picks, normalise_bm25
-from mdmemory.search.snippets import make_snippet
-from mdmemory.store.fts import fts_match
-from mdmemory.util.errors import ConfigError, InvalidArgumentError
+from mdmem.agent.dispatch import call_tool
+from mdmem.agent.schemas import SEARCH_OUTPUT
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.search.query import cjk_match, contains_all_terms, query_terms
+from mdmem.search.results import CITED_RESULT_KEYS
+from mdmem.search.scoring import LOW_CONFIDENCE_SHARE, fuse_rrf, fuse_weighted, low_confidence_picks, normalise_bm25
+from mdmem.search.snippets import make_snippet
+from mdmem.store.fts import fts_match
+from mdmem.util.errors import ConfigError, InvalidArgumentError
 from tests.conftest import both_backends, write
 from tests.test_agent_tools import validate
 
@@ -288,7 +288,7 @@ def test_contains_all_terms() -> None:
 def test_terms_without_weight_are_dropped_and_common_terms_only_in_large_indexes(
     workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mdmemory.search.hybrid as search_mod
+    import mdmem.search.hybrid as search_mod
 
     for i in range(30):
         extra = " quokka sighting" if i == 7 else " wombat tracks" if i < 5 else ""
@@ -332,7 +332,7 @@ def test_snippet_centres_on_content_words_not_stop_words(workspace: Path, make_m
 
 def test_term_weights_survive_a_total_that_is_behind_the_index() -> None:
     """A concurrent writer can add chunks between reading the chunk count and counting a term."""
-    from mdmemory.search.scoring import term_weights
+    from mdmem.search.scoring import term_weights
 
     class Racing:
         def chunk_count(self) -> int:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.memory import Memory
-from mdmemory.util.errors import InvalidArgumentError
+from mdmem.memory import Memory
+from mdmem.util.errors import InvalidArgumentError
 from tests.conftest import write
 
 BAD = [

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config.load import load_config, with_sessions
-from mdmemory.memory import Memory
-from mdmemory.service import agents as agents_module
-from mdmemory.service.agents import Agents, AgentsBusy, UnknownAgent
-from mdmemory.service.app import health_problems
-from mdmemory.service.budget import Budget, open_fds
-from mdmemory.service.protocol import Connections
+from mdmem.config.load import load_config, with_sessions
+from mdmem.memory import Memory
+from mdmem.service import agents as agents_module
+from mdmem.service.agents import Agents, AgentsBusy, UnknownAgent
+from mdmem.service.app import health_problems
+from mdmem.service.budget import Budget, open_fds
+from mdmem.service.protocol import Connections
 from tests.service_bodies import openai_entry
 
 

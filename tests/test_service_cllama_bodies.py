@@ -1,4 +1,4 @@
-"""A real ``mdmemory serve`` fed the bodies cllama sends (tests/cllama_shapes.py, byte for byte): big
+"""A real ``mdmem serve`` fed the bodies cllama sends (tests/cllama_shapes.py, byte for byte): big
 conversations, long messages, bad time zones, empty entries and wrong types; what it answers, stores, recalls
 and logs. "Injected" below is what cllama would put into the prompt from the recall answer (its policy and
 format, rebuilt in tests/cllama_shapes.py)."""
@@ -160,7 +160,7 @@ def test_a_message_over_the_cap_is_stored_cut_and_the_answer_says_so(service: Se
     assert "service.maxMessageChars" in reply.body["warnings"][0]
     stored = " ".join(sessions(service).split())
     assert "the boiler manual is in the grey cabinet" in stored and "the drone is in locker 88" in stored
-    assert f"[… {len(text) - cap:,} characters cut here by mdmemory" in stored
+    assert f"[… {len(text) - cap:,} characters cut here by mdmem" in stored
     assert "locker 88" in injected(service, "main", "Where is the drone kept?")
     again = retain(service, t)  # the proxy has no retries, but backfill does: the same answer, nothing twice
     assert again.body["status"] == "duplicate" and again.body["truncated"] is True
@@ -347,14 +347,14 @@ def test_serve_agent_serves_only_that_agent_and_says_where_it_listens(tmp_path: 
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log", args=["--agent", "ops"])
     svc.start()
     try:
-        start = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmemory serve: listening")]
+        start = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmem serve: listening")]
         assert start == [start[0]] and start[0].startswith(
-            f"mdmemory serve: listening on http://127.0.0.1:{svc.port} (agents: ops; token from MEMORY_API_TOKEN)"
+            f"mdmem serve: listening on http://127.0.0.1:{svc.port} (agents: ops; token from MEMORY_API_TOKEN)"
         )
         deadline = time.monotonic() + 30
-        while "mdmemory serve: ready" not in svc.log.read_text() and time.monotonic() < deadline:
+        while "mdmem serve: ready" not in svc.log.read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
-        ready = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmemory serve: ready")]
+        ready = [line for line in svc.log.read_text().splitlines() if line.startswith("mdmem serve: ready")]
         assert len(ready) == 1 and "ready: 1 agent opened" in ready[0], ready  # main is not served: not opened
         assert TOKEN not in svc.log.read_text()
         assert svc.call("GET", "/healthz").body["agents"] == ["ops"]
@@ -365,7 +365,7 @@ def test_serve_agent_serves_only_that_agent_and_says_where_it_listens(tmp_path: 
         svc.stop()
     env = {**os.environ, "MDMEMORY_HOME": str(tmp_path / "home"), "MEMORY_API_TOKEN": TOKEN}
     out = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "serve", "--config", str(cfg), "--agent", "nobody", "--port", "0"],
+        [sys.executable, "-m", "mdmem", "serve", "--config", str(cfg), "--agent", "nobody", "--port", "0"],
         capture_output=True,
         text=True,
         env=env,

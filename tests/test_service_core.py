@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.entry_id import canonical_entry, entry_id, go_float, id_from_json, loads
-from mdmemory.files.sessionlog import SessionLog
-from mdmemory.files.turns import Turn, turn_of
-from mdmemory.service.contract import recall_query
-from mdmemory.util.errors import InvalidArgumentError
+from mdmem.config.load import load_config
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.entry_id import canonical_entry, entry_id, go_float, id_from_json, loads
+from mdmem.files.sessionlog import SessionLog
+from mdmem.files.turns import Turn, turn_of
+from mdmem.service.contract import recall_query
+from mdmem.util.errors import InvalidArgumentError
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry
 
 
@@ -135,7 +135,7 @@ def test_concurrent_retains_never_interleave(tmp_path: Path) -> None:
 def test_concurrent_retains_share_fsyncs_and_each_returns_after_one_that_covers_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mdmemory.files.sessionlog as sessionlog_mod
+    import mdmem.files.sessionlog as sessionlog_mod
 
     log = _log(tmp_path)
     path = tmp_path / "ws" / "sessions" / "2026-11-23.md"
@@ -183,7 +183,7 @@ def test_a_bad_ts_names_the_field_and_a_bad_timezone_dates_the_turn_in_utc(tmp_p
 
 
 def test_service_config_keys(tmp_path: Path) -> None:
-    from mdmemory.util.errors import ConfigError
+    from mdmem.util.errors import ConfigError
 
     cfg = tmp_path / "s.json5"
     cfg.write_text('{service: {port: 9000, autoAgents: true, token: "abc", maxBodyBytes: 4096}}')
@@ -202,8 +202,8 @@ def test_recall_body_size_is_counted_exactly_as_the_response_is_written() -> Non
     """memories_of counts the body block by block; it must match the JSON the service sends, to the byte."""
     import json as _json
 
-    from mdmemory.service.contract import MAX_RECALL_BODY_BYTES
-    from mdmemory.service.recall import memories_of
+    from mdmem.service.contract import MAX_RECALL_BODY_BYTES
+    from mdmem.service.recall import memories_of
 
     items = [
         {

@@ -1,4 +1,4 @@
-"""kill -9 of ``mdmemory serve`` in the middle of a retain storm from 8 clients: plain text, and hostile text
+"""kill -9 of ``mdmem serve`` in the middle of a retain storm from 8 clients: plain text, and hostile text
 (CRLF, lone CR, U+2028, NEL, CJK, forged headings and closing comments of other clients' entries)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.retained import DEFAULT_MAX_MESSAGE_CHARS, stored_text
 from tests.fault_helpers import fill_disk, small_tmpfs
 from tests.service_bodies import openai_entry, retain_body
 from tests.service_server import Service, write_config

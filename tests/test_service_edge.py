@@ -1,4 +1,4 @@
-"""Who may call ``mdmemory serve``: the token (generated when none is set), the loopback mode, and requests a
+"""Who may call ``mdmem serve``: the token (generated when none is set), the loopback mode, and requests a
 web page can send (a text/plain form post, a foreign ``Origin``, a rebound DNS name in ``Host``), against a
 real uvicorn process over real sockets."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.service.edge import host_is_loopback, refusal
+from mdmem.service.edge import host_is_loopback, refusal
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -161,7 +161,7 @@ def _serve_exit(tmp_path: Path, env: dict[str, str], *args: str, **service: Any)
     cfg = write_config(tmp_path / "exit.json", {"main": tmp_path / "ws"}, recallWorkers=0, **service)
     full = {"MDMEMORY_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     full["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
-    cmd = [sys.executable, "-m", "mdmemory", "serve", "--config", str(cfg), "--port", "1", *args]
+    cmd = [sys.executable, "-m", "mdmem", "serve", "--config", str(cfg), "--port", "1", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env={**full, **env}, timeout=60)
 
 

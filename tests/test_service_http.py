@@ -1,4 +1,4 @@
-"""A real ``mdmemory serve`` process driven over HTTP with the bodies the proxy sends."""
+"""A real ``mdmem serve`` process driven over HTTP with the bodies the proxy sends."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config, with_sessions
-from mdmemory.files.entry_id import entry_id
-from mdmemory.memory import Memory
+from mdmem.config.load import load_config, with_sessions
+from mdmem.files.entry_id import entry_id
+from mdmem.memory import Memory
 from tests.conftest import both_backends
 from tests.service_bodies import OPENAI_KEY, anthropic_entry, openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
@@ -59,7 +59,7 @@ def test_describe_and_healthz_are_open_everything_else_needs_the_token(service: 
     assert service.call("POST", "/recall", recall_body("main", "x"), token=None).status == 401
     assert service.call("POST", "/retain", retain_body("main", openai_entry("q", "a")), token="wrong").status == 401
     assert service.call("GET", "/agents/main/status", token=None).status == 401
-    out = subprocess.run([sys.executable, "-m", "mdmemory", "describe", "--json"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "mdmem", "describe", "--json"], capture_output=True, text=True)
     assert json.loads(out.stdout) == d.body
 
 
@@ -229,7 +229,7 @@ def _ledger(path: Path, entries: list[dict[str, object]], extra: list[str] = ())
 def _backfill(*args: str, home: Path) -> tuple[int, dict[str, object], str]:
     env = {"MDMEMORY_HOME": str(home), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     out = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "backfill", *args], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-m", "mdmem", "backfill", *args], capture_output=True, text=True, env=env, timeout=300
     )
     return out.returncode, json.loads(out.stdout.strip().splitlines()[-1]) if out.stdout.strip() else {}, out.stderr
 
@@ -242,7 +242,7 @@ def test_backfill_local_and_over_http_honours_tombstones(service: Service, tmp_p
     live = [openai_entry("otter feeding time?", "At 09:00.", id="hist1_live"), no_id]
     ledger = _ledger(ledger_dir / "history.jsonl", live, extra=['{"version":1,"ts":', "not json"])
     raw_no_id = ledger.read_text().splitlines()[1].encode()
-    from mdmemory.files.entry_id import id_from_json
+    from mdmem.files.entry_id import id_from_json
 
     code, summary, err = _backfill(str(ledger), "--config", str(service.config), home=service.home)
     assert code == 0, err

@@ -1,5 +1,5 @@
 """Hostile request bodies get a 400 naming the field, never a 500, and change nothing; a missing workspace
-still answers recalls from the last index. Against a real ``mdmemory serve`` process."""
+still answers recalls from the last index. Against a real ``mdmem serve`` process."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.memory import Memory
+from mdmem.memory import Memory
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 
@@ -295,7 +295,7 @@ def test_backfill_reports_hostile_ledger_lines_and_keeps_the_rest(tmp_path: Path
     env = {"MDMEMORY_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin"}
     env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     out = subprocess.run(
-        [sys.executable, "-m", "mdmemory", "backfill", str(ledger), "--config", str(cfg)],
+        [sys.executable, "-m", "mdmem", "backfill", str(ledger), "--config", str(cfg)],
         capture_output=True,
         text=True,
         env=env,

@@ -1,4 +1,4 @@
-"""Bounded resources of ``mdmemory serve`` under a lowered ``ulimit -n``: many agents, idle and partial
+"""Bounded resources of ``mdmem serve`` under a lowered ``ulimit -n``: many agents, idle and partial
 connections, endless header lines and stalled bodies, over real sockets to a real uvicorn process."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from mdmemory.service.budget import plan
+from mdmem.service.budget import plan
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, open_fds, write_config
 
@@ -116,7 +116,7 @@ def test_idle_and_partial_connections_cannot_take_the_service_down(tmp_path: Pat
         readable = set(select.select(held, [], [], 0.5)[0])
         refused = [_read_all(s, 5) for s in held if s in readable]
         admitted = [s for s in held if s not in readable]
-        assert len(refused) >= 200 and len(admitted) >= 50  # the cap here: ~100 (mdmemory.service.budget)
+        assert len(refused) >= 200 and len(admitted) >= 50  # the cap here: ~100 (mdmem.service.budget)
         assert all(a.startswith(b"HTTP/1.1 503") and b"service.maxConnections" in a for a in refused)
         late = [_read_all(s, 12) for s in admitted]  # the header timeout closes them, each with a 408
         assert all(a.startswith(b"HTTP/1.1 408") for a in late)

@@ -1,4 +1,4 @@
-"""Recall through a real ``mdmemory serve`` with the local MiniLM model: a paraphrase finds a retained turn."""
+"""Recall through a real ``mdmem serve`` with the local MiniLM model: a paraphrase finds a retained turn."""
 
 from __future__ import annotations
 

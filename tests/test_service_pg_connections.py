@@ -1,7 +1,7 @@
-"""One ``mdmemory serve`` for many agents on PostgreSQL: its connections stay within ``store.maxConnections``
+"""One ``mdmem serve`` for many agents on PostgreSQL: its connections stay within ``store.maxConnections``
 per process (the service's and each recall worker's).
 
-Stores borrow a connection per operation from one pool per process (``mdmemory.store.pg.connection``), so
+Stores borrow a connection per operation from one pool per process (``mdmem.store.pg.connection``), so
 the number of agents served does not set the number of connections; a writer keeps one only while it holds
 its agent's lock. Counted on the real server, in ``pg_stat_activity``, by the service's application name.
 """

@@ -1,5 +1,5 @@
-"""Pods (``service.podScope``, mdmemory.service.pods): two pods that name an agent alike never share its
-memory — recall, retain, forget and status, through a real ``mdmemory serve`` fed cllama's bodies, on SQLite
+"""Pods (``service.podScope``, mdmem.service.pods): two pods that name an agent alike never share its
+memory — recall, retain, forget and status, through a real ``mdmem serve`` fed cllama's bodies, on SQLite
 and PostgreSQL — and a request without ``pod`` is served as before."""
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def _backfill(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
     }
-    cmd = [sys.executable, "-m", "mdmemory", "backfill", *args]
+    cmd = [sys.executable, "-m", "mdmem", "backfill", *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
 

@@ -8,9 +8,9 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from mdmemory.config.load import load_config
-from mdmemory.service.agents import Agent, Agents
-from mdmemory.service.readers import Readers
+from mdmem.config.load import load_config
+from mdmem.service.agents import Agent, Agents
+from mdmem.service.readers import Readers
 from tests.conftest import write
 
 

@@ -1,5 +1,5 @@
-"""``mdmemory serve`` replicas that do not hold the agent's workspace (``service.remoteAgents``), one PostgreSQL,
-and the agent's host running a real ``mdmemory watch``: a retain on a replica is durable in the database, recalled
+"""``mdmem serve`` replicas that do not hold the agent's workspace (``service.remoteAgents``), one PostgreSQL,
+and the agent's host running a real ``mdmem watch``: a retain on a replica is durable in the database, recalled
 by every replica at once, written into the agent's ``sessions/*.md`` exactly once by the watch, and indexed once
 throughout; a forget through a replica is honoured at once everywhere and applied to the files."""
 
@@ -27,9 +27,9 @@ DAY = "sessions/2026-11-23.md"
 
 
 def cli(svc: Service, *args: str) -> str:
-    """``mdmemory ARGS --json`` on the replica's host (its configuration and state folder)."""
+    """``mdmem ARGS --json`` on the replica's host (its configuration and state folder)."""
     env = {**os.environ, "MDMEMORY_HOME": str(svc.home)}
-    argv = [sys.executable, "-m", "mdmemory", *args, "--config", str(svc.config), "--json"]
+    argv = [sys.executable, "-m", "mdmem", *args, "--config", str(svc.config), "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -1,4 +1,4 @@
-"""Two ``mdmemory serve`` replicas (two hosts' state folders) on one PostgreSQL store and one shared workspace
+"""Two ``mdmem serve`` replicas (two hosts' state folders) on one PostgreSQL store and one shared workspace
 volume: a retain sent to one is recalled by the other, and a forget through one is honoured by both."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a retain stores and what the service refuses, pure (mdmemory.files.retained, contract, telemetry):
+"""What a retain stores and what the service refuses, pure (mdmem.files.retained, contract, telemetry):
 time zones, empty entries, the per-message cap and its secrets, wrapping, field types, the recall body a
 worker gets, and cllama's ``memory_bytes``."""
 
@@ -14,10 +14,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.retained import REDACT_MARGIN, WRAP_CHARS, prepare, stored_text, time_zone, wrapped
-from mdmemory.files.turns import turn_of
-from mdmemory.service.contract import (
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.retained import REDACT_MARGIN, WRAP_CHARS, prepare, stored_text, time_zone, wrapped
+from mdmem.files.turns import turn_of
+from mdmem.service.contract import (
     check_entry,
     check_entry_ids,
     check_metadata,
@@ -25,8 +25,8 @@ from mdmemory.service.contract import (
     recall_messages,
     recall_query,
 )
-from mdmemory.service.telemetry import injected_bytes
-from mdmemory.util.errors import InvalidArgumentError
+from mdmem.service.telemetry import injected_bytes
+from mdmem.util.errors import InvalidArgumentError
 from tests import cllama_shapes as cs
 from tests.redaction_corpus import ANTHROPIC, GITHUB, JWT, PROJECT_KEY
 from tests.service_bodies import anthropic_entry, openai_entry
@@ -383,7 +383,7 @@ MEMORY = st.fixed_dictionaries(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(MEMORY, max_size=10), st.sampled_from(["mdmemory", "memory-svc", ""]))
+@given(st.lists(MEMORY, max_size=10), st.sampled_from(["mdmem", "memory-svc", ""]))
 def test_memory_bytes_is_the_length_of_the_block_cllama_injects(memories: list[dict[str, Any]], service: str) -> None:
     kept, _ = cs.apply_recall_memory_policy(json.loads(json.dumps(memories)))
     assert injected_bytes(memories, service) == len(cs.format_memory_blocks(service, kept).encode())

@@ -16,12 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mdmemory.config.load import load_config
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.sessionlog import SessionLog
-from mdmemory.files.turns import Turn
-from mdmemory.util.errors import WorkspaceError
-from mdmemory.util.fileread import split_lines
+from mdmem.config.load import load_config
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.sessionlog import SessionLog
+from mdmem.files.turns import Turn
+from mdmem.util.errors import WorkspaceError
+from mdmem.util.fileread import split_lines
 from tests.service_bodies import openai_entry
 
 IDS = ["hist1_a", "hist1_b", "hist1_c", "hist1_d"]

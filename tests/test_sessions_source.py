@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from mdmemory.agent.dispatch import call_tool
-from mdmemory.config.load import load_config
-from mdmemory.files.transcripts import DELTA_MESSAGES, messages
-from mdmemory.memory import Memory
-from mdmemory.util.errors import ConfigError
+from mdmem.agent.dispatch import call_tool
+from mdmem.config.load import load_config
+from mdmem.files.transcripts import DELTA_MESSAGES, messages
+from mdmem.memory import Memory
+from mdmem.util.errors import ConfigError
 from tests.conftest import both_backends, write
 from tests.test_watcher import Harness, wait_for
 

@@ -1,19 +1,19 @@
 """The pure middle of replicas without the agent's files: what the index holds of a session day file
-(mdmemory.files.sessionview), a file's lines rebuilt from its chunks (mdmemory.store.lines), which agents a replica
-does not hold (mdmemory.service.remote) and how a block is appended (mdmemory.files.sessionblocks)."""
+(mdmem.files.sessionview), a file's lines rebuilt from its chunks (mdmem.store.lines), which agents a replica
+does not hold (mdmem.service.remote) and how a block is appended (mdmem.files.sessionblocks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mdmemory.config.load import is_remote, remote_agents
-from mdmemory.files import sessionblocks as blocks
-from mdmemory.files.pending import PendingEntry
-from mdmemory.files.sessionview import day_of, entry_ids, view
-from mdmemory.files.turns import Turn
-from mdmemory.index.chunker import chunk_markdown
-from mdmemory.store import ChunkRow
-from mdmemory.store.lines import file_lines, file_text
+from mdmem.config.load import is_remote, remote_agents
+from mdmem.files import sessionblocks as blocks
+from mdmem.files.pending import PendingEntry
+from mdmem.files.sessionview import day_of, entry_ids, view
+from mdmem.files.turns import Turn
+from mdmem.index.chunker import chunk_markdown
+from mdmem.store import ChunkRow
+from mdmem.store.lines import file_lines, file_text
 
 DAY = "2026-11-23"
 

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from mdmemory.agent.context import session_context
-from mdmemory.agent.remember import MAX_NOTE_BYTES, remember
-from mdmemory.files.workspace import Workspace
-from mdmemory.memory import Memory
-from mdmemory.util.errors import ConfigError, SpecialFileError, WorkspaceError
-from mdmemory.util.fileread import open_regular, read_text
+from mdmem.agent.context import session_context
+from mdmem.agent.remember import MAX_NOTE_BYTES, remember
+from mdmem.files.workspace import Workspace
+from mdmem.memory import Memory
+from mdmem.util.errors import ConfigError, SpecialFileError, WorkspaceError
+from mdmem.util.fileread import open_regular, read_text
 from tests.agent_helpers import agent_config, write_config
 from tests.conftest import REPO, write
 
@@ -113,7 +113,7 @@ def test_fifo_through_the_command_line(fifo: Path, workspace: Path, tmp_path: Pa
 def test_mcp_memory_get_on_a_fifo_answers_and_the_server_keeps_serving(
     fifo: Path, workspace: Path, tmp_path: Path, isolated_env: Path
 ) -> None:
-    pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install 'mdmemory[mcp]'")
+    pytest.importorskip("mcp", reason="the MCP SDK is the 'mcp' extra: pip install 'mdmem[mcp]'")
     from tests.test_mcp import drive, structured
 
     config = write_config(tmp_path / "cfg.json5", workspace)
@@ -123,7 +123,7 @@ def test_mcp_memory_get_on_a_fifo_answers_and_the_server_keeps_serving(
         seen["fifo"] = await session.call_tool("memory_get", {"path": "memory/2026-03-09.md"})
         seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md"})
 
-    drive(["-m", "mdmemory.mcp.server", "--config", str(config)], isolated_env, body)  # 60 s guard inside
+    drive(["-m", "mdmem.mcp.server", "--config", str(config)], isolated_env, body)  # 60 s guard inside
     assert seen["fifo"].is_error and "FIFO" in structured(seen["fifo"])["error"]
     assert "4711" in structured(seen["after"])["text"]
 

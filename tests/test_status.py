@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.cli.formatting import format_status as _format_status
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
+from mdmem.cli.formatting import format_status as _format_status
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
 from tests.conftest import write
 from tests.fake_openai import FakeOpenAIServer
 from tests.fault_helpers import cli, cli_json, write_config, write_notes
@@ -134,7 +134,7 @@ def test_status_mode_agrees_with_search_in_every_configuration(
     other.engine.providers.adopt(ProviderChoice(HashEmbeddingProvider(dims=32), "hash"))
     search, status = other.search("heron1x3"), other.status()
     assert search["mode"] == status["mode"] == "keyword"
-    assert status["degraded"][0]["reason"] == "index-mismatch" and "mdmemory index" in status["degraded"][0]["message"]
+    assert status["degraded"][0]["reason"] == "index-mismatch" and "mdmem index" in status["degraded"][0]["message"]
 
 
 # -- watcher, last error, degraded: text and JSON ----------------------------------------------------------

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mdmemory.store import ChunkRow, FileRow, Store, decode_vector, encode_vector
-from mdmemory.store.schema import SCHEMA_VERSION
-from mdmemory.util.errors import StoreError
+from mdmem.store import ChunkRow, FileRow, Store, decode_vector, encode_vector
+from mdmem.store.schema import SCHEMA_VERSION
+from mdmem.util.errors import StoreError
 
 
 def unit(rng: np.random.Generator, n: int, dims: int) -> np.ndarray:
@@ -57,7 +57,7 @@ def test_newer_schema_is_refused_with_a_fix(tmp_path: Path) -> None:
     path = tmp_path / "a.sqlite"
     with Store(path) as s:
         s.conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 5}")
-    with pytest.raises(StoreError, match="newer than this mdmemory"):
+    with pytest.raises(StoreError, match="newer than this mdmem"):
         Store(path)
 
 
@@ -119,7 +119,7 @@ def test_knn_uses_the_vec0_index_and_matches_brute_force(tmp_path: Path) -> None
         expect = list(np.argsort(-(vecs @ q))[:10])
         assert [ids[rid] for rid, _ in got] == expect
         assert got[0][1] == pytest.approx(1 - float(vecs[expect[0]] @ q), abs=1e-5)
-        from mdmemory.store.vectors import encode_vector as enc
+        from mdmem.store.vectors import encode_vector as enc
 
         plan = s.conn.execute(
             "EXPLAIN QUERY PLAN WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? "
@@ -140,8 +140,8 @@ def test_cache_prune_keeps_the_newest(tmp_path: Path) -> None:
 
 
 def test_large_index_knn_uses_bit_codes_then_exact_rescoring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mdmemory.store.knn as index_mod
-    import mdmemory.store.matrix as matrix_mod
+    import mdmem.store.knn as index_mod
+    import mdmem.store.matrix as matrix_mod
 
     monkeypatch.setattr(matrix_mod, "MAX_BYTES", 0)  # never held in memory: sqlite-vec's paths answer
     monkeypatch.setattr(index_mod, "EXACT_KNN_MAX_ROWS", 100)
@@ -178,7 +178,7 @@ def test_migration_2_keeps_a_version_1_index_usable(tmp_path: Path) -> None:
     import sqlean
     import sqlite_vec
 
-    from mdmemory.store.schema import _M1_STATEMENTS
+    from mdmem.store.schema import _M1_STATEMENTS
 
     path = tmp_path / "old.sqlite"
     conn = sqlean.connect(str(path), isolation_level=None)

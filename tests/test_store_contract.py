@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.memory import Memory
-from mdmemory.providers.factory import ProviderChoice
-from mdmemory.providers.hashing import HashEmbeddingProvider
-from mdmemory.store.open import open_store
-from mdmemory.util.errors import StoreError
+from mdmem.memory import Memory
+from mdmem.providers.factory import ProviderChoice
+from mdmem.providers.hashing import HashEmbeddingProvider
+from mdmem.store.open import open_store
+from mdmem.util.errors import StoreError
 from tests.conftest import both_backends, write
 
 
@@ -168,7 +168,7 @@ def test_dropped_connections_are_replaced_and_one_dropped_mid_search_fails_only_
 ) -> None:
     import psycopg
 
-    from mdmemory.store.pg import connection
+    from mdmem.store.pg import connection
 
     seed(workspace)
     mem = make_memory()
@@ -211,7 +211,7 @@ def test_the_agent_tools_answer_from_either_store(workspace: Path, make_memory: 
 
 @both_backends
 def test_the_background_sync_keeps_either_store_fresh(workspace: Path, make_memory: Callable[..., Memory]) -> None:
-    from mdmemory.engine.background import SyncService
+    from mdmem.engine.background import SyncService
 
     seed(workspace)
     reader = make_memory({"sync": {"onSearch": False}})  # it never syncs: what it finds, the service wrote

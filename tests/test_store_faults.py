@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import sqlean
 
-from mdmemory.config.load import load_config
-from mdmemory.memory import Memory
-from mdmemory.store import Store, connect, transaction
-from mdmemory.store.repair import corrupt_copies
-from mdmemory.store.schema import MIGRATIONS
-from mdmemory.util.errors import StoreError
-from mdmemory.util.statefile import read_state_file, write_state_file
+from mdmem.config.load import load_config
+from mdmem.memory import Memory
+from mdmem.store import Store, connect, transaction
+from mdmem.store.repair import corrupt_copies
+from mdmem.store.schema import MIGRATIONS
+from mdmem.util.errors import StoreError
+from mdmem.util.statefile import read_state_file, write_state_file
 from tests.conftest import write
 from tests.fault_helpers import (
     cli,
@@ -189,7 +189,7 @@ def test_corrupt_index_is_a_clear_error_then_moved_aside_and_rebuilt(tmp_path: P
     search = cli(config, "search", tags[2])
 
     assert search.returncode == 1
-    assert "is corrupt" in search.stderr and str(store) in search.stderr and "mdmemory index" in search.stderr
+    assert "is corrupt" in search.stderr and str(store) in search.stderr and "mdmem index" in search.stderr
     code, status = cli_json(config, "status")
     assert code == 0 and status["storeState"]["state"] == "corrupt" and status["lastError"]["kind"] == "corrupt"
     assert "store state corrupt" in cli(config, "status").stdout
@@ -221,8 +221,8 @@ def test_a_wal_from_another_database_is_refused_and_index_force_rebuilds(tmp_pat
 
     for args in (("search", tags[0]), ("index",)):
         refused = cli(config, *args)
-        assert refused.returncode == 1 and "not an mdmemory index" in refused.stderr
-        assert "mdmemory index --force" in refused.stderr and str(store) in refused.stderr
+        assert refused.returncode == 1 and "not an mdmem index" in refused.stderr
+        assert "mdmem index --force" in refused.stderr and str(store) in refused.stderr
     code, status = cli_json(config, "status")
     assert code == 0 and status["storeState"]["state"] == "foreign"
 

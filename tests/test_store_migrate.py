@@ -1,4 +1,4 @@
-"""``mdmemory store migrate``: an agent's index copied from SQLite to PostgreSQL and back, vectors, pending
+"""``mdmem store migrate``: an agent's index copied from SQLite to PostgreSQL and back, vectors, pending
 chunks and embedding cache included, nothing embedded again, every search answering as before."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.cli.commands import main
-from mdmemory.memory import Memory
+from mdmem.cli.commands import main
+from mdmem.memory import Memory
 from tests.conftest import write
 
 QUERIES = ["heron pond", "restic backups", "what does Dana drink", "dinner harbour", "kingfisher2 word3x5"]

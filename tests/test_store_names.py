@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config, with_sessions
-from mdmemory.config.store import DEFAULT_STORE_PATH, store_path_clash
-from mdmemory.memory import Memory
-from mdmemory.service.agents import Agents
-from mdmemory.store.generations import next_generation, remove_orphans
-from mdmemory.util.errors import ConfigError, InvalidArgumentError
+from mdmem.config.load import load_config, with_sessions
+from mdmem.config.store import DEFAULT_STORE_PATH, store_path_clash
+from mdmem.memory import Memory
+from mdmem.service.agents import Agents
+from mdmem.store.generations import next_generation, remove_orphans
+from mdmem.util.errors import ConfigError, InvalidArgumentError
 from tests.service_bodies import openai_entry, recall_body, retain_body
 from tests.service_server import Service, write_config
 

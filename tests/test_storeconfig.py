@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mdmemory.config.load import load_config
-from mdmemory.util.errors import ConfigError
+from mdmem.config.load import load_config
+from mdmem.util.errors import ConfigError
 
 SECRET = "pa55-w0rd-9931"
 
@@ -96,7 +96,7 @@ def test_schema_names_that_are_not_mdmemorys_own_plain_names_are_refused(tmp_pat
     message = str(failed.value)
     key = "agents.defaults.memorySearch.store.schema"
     assert failed.value.key == key and f"{key}:" in message and why in message, message
-    assert "Fix: " in message and '"mdmemory"' in message, message
+    assert "Fix: " in message and '"mdmem"' in message, message
 
 
 @pytest.mark.parametrize("schema", ["mdmemory", "team_a", "_memory", "users", "int", "between", "a" * 63])
@@ -107,11 +107,11 @@ def test_plain_names_are_accepted(tmp_path: Path, schema: str) -> None:
 
 def test_the_reserved_words_are_postgresqls(pg_url: str) -> None:
     """The list the configuration checks is exactly the server's keywords that cannot name a schema; the
-    other keywords can (mdmemory's own migrations run in a schema named by one: ``between``)."""
+    other keywords can (mdmem's own migrations run in a schema named by one: ``between``)."""
     import psycopg
 
-    from mdmemory.config.store import RESERVED_WORDS
-    from mdmemory.store.pg.schema import SCHEMA_VERSION, migrate
+    from mdmem.config.store import RESERVED_WORDS
+    from mdmem.store.pg.schema import SCHEMA_VERSION, migrate
 
     with psycopg.connect(pg_url, autocommit=True) as conn:
         rows = conn.execute("SELECT word, catcode FROM pg_get_keywords()").fetchall()

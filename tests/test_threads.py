@@ -1,4 +1,4 @@
-"""One BLAS thread in mdmemory's long-running processes, unless the user chose otherwise (mdmemory.util.threads)."""
+"""One BLAS thread in mdmem's long-running processes, unless the user chose otherwise (mdmem.util.threads)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 PROBE = (
     "import os, sys\n"
     "{before}\n"
-    "from mdmemory.util.threads import single_threaded_blas\n"
+    "from mdmem.util.threads import single_threaded_blas\n"
     "single_threaded_blas()\n"
     "print(os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))\n"
 )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.memory import Memory
+from mdmem.memory import Memory
 from tests.conftest import write
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from watchdog.observers import Observer
 
-from mdmemory.engine.background import SyncService
-from mdmemory.memory import Memory
-from mdmemory.runtime.file_watcher import MemoryWatcher, filesystem_type, is_editor_temp
+from mdmem.engine.background import SyncService
+from mdmem.memory import Memory
+from mdmem.runtime.file_watcher import MemoryWatcher, filesystem_type, is_editor_temp
 from tests.conftest import write
 
 DEBOUNCE = 0.2
@@ -266,7 +266,7 @@ def test_memory_folder_deleted_and_recreated(harness: Harness, workspace: Path) 
     shutil.rmtree(workspace / "memory")
     wait_for(lambda: harness.watcher.rearms > rearms)  # the blind watch on the deleted folder was replaced
     harness.settle()
-    assert "memory/old.md" in harness.paths()  # memory/ is missing: its rows are kept (mdmemory.files.roots)
+    assert "memory/old.md" in harness.paths()  # memory/ is missing: its rows are kept (mdmem.files.roots)
     write(workspace / "memory" / "new.md", "a new note about the kingfisher")
     note_is_searchable(harness, "memory/new.md", "kingfisher")
     live_watch_catches(harness, workspace, "later.md", "otter")

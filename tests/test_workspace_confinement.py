@@ -1,6 +1,6 @@
-"""Never outside the root: every write mdmemory makes in a workspace refuses a symlink on its way (to outside the
+"""Never outside the root: every write mdmem makes in a workspace refuses a symlink on its way (to outside the
 workspace or not), names it, writes nothing, and the failure shows where the writer reports errors. Real symlinks,
-real files, a real ``mdmemory serve`` process."""
+real files, a real ``mdmem serve`` process."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mdmemory.agent.flush import check_flush, workspace_writable
-from mdmemory.agent.remember import remember
-from mdmemory.config.load import AgentConfig, load_config
-from mdmemory.files.sessionlog import SessionLog
-from mdmemory.memory import Memory
-from mdmemory.util.errors import WorkspaceError
-from mdmemory.util.filewrite import Folder
+from mdmem.agent.flush import check_flush, workspace_writable
+from mdmem.agent.remember import remember
+from mdmem.config.load import AgentConfig, load_config
+from mdmem.files.sessionlog import SessionLog
+from mdmem.memory import Memory
+from mdmem.util.errors import WorkspaceError
+from mdmem.util.filewrite import Folder
 from tests.agent_helpers import agent_config
 from tests.conftest import write
 from tests.service_bodies import openai_entry, retain_body
@@ -39,7 +39,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     folder = tmp_path / "outside"
-    write(folder / "victim.md", "# not mdmemory's\n\nprecious\n")
+    write(folder / "victim.md", "# not mdmem's\n\nprecious\n")
     write(folder / "victim.jsonl", '{"not": "a tombstone"}\n')
     return folder
 

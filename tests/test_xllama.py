@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mdmemory.providers import probe
-from mdmemory.util.errors import ProviderError
+from mdmem.providers import probe
+from mdmem.util.errors import ProviderError
 from tests.conftest import MINILM, REPO, write
 
 # Found, never imported here: a test process that maps both bindings' libraries is the clash the provider
@@ -68,8 +68,8 @@ class Blocker:
             raise ImportError(f"No module named {name!r}")
 sys.meta_path.insert(0, Blocker())
 from pathlib import Path
-from mdmemory.util.errors import ProviderError
-from mdmemory.providers.local import LocalEmbeddingProvider
+from mdmem.util.errors import ProviderError
+from mdmem.providers.local import LocalEmbeddingProvider
 MODEL, ARGS = sys.argv[2], json.loads(sys.argv[3])
 def provider(binding, threads=1):
     return LocalEmbeddingProvider(MODEL, Path(MODEL).parent, threads=threads, binding=binding)
@@ -301,7 +301,7 @@ class Blocker:
         if name.split(".")[0] in BLOCKED:
             raise ImportError(f"No module named {name!r}")
 sys.meta_path.insert(0, Blocker())
-from mdmemory.cli.entry import main
+from mdmem.cli.entry import main
 code = main(sys.argv[2:])
 print(f"MODULES llama_cpp={'llama_cpp' in sys.modules} xllamacpp={'xllamacpp' in sys.modules}", file=sys.stderr)
 sys.exit(code)
@@ -357,14 +357,14 @@ def test_without_any_binding_index_keeps_keywords_fresh_warns_and_exits_0(minilm
     assert "2 indexed" in index.stdout and "0 embedded" in index.stdout
     warning = index.stdout + index.stderr
     assert "neither xllamacpp nor llama-cpp-python is installed" in warning
-    assert "Fix: install the local extra: pip install 'mdmemory[local]'" in warning
+    assert "Fix: install the local extra: pip install 'mdmem[local]'" in warning
     found = cli("llama_cpp,xllamacpp", "search", "--json", "thyroid pills", env=minilm_config)
     assert found.returncode == 0, found.stderr
     result = json.loads(found.stdout)
     assert result["mode"] == "keyword" and result["results"][0]["path"] == "memory/2026-11-20.md"
     assert "neither xllamacpp nor llama-cpp-python" in json.dumps(result)
     text = cli("llama_cpp,xllamacpp", "search", "thyroid pills", env=minilm_config)
-    assert text.returncode == 0 and "keyword" in text.stdout and "pip install 'mdmemory[local]'" in text.stdout
+    assert text.returncode == 0 and "keyword" in text.stdout and "pip install 'mdmem[local]'" in text.stdout
 
 
 def test_a_missing_model_file_still_degrades_the_same_way(minilm_config: dict[str, str], tmp_path: Path) -> None:

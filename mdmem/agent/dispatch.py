@@ -1,0 +1,112 @@
+"""The tool dispatcher that never raises: ``call_tool(memory, name, arguments)`` validates the arguments
+against the tool's JSON Schema (mdmem.agent.schemas) and always returns the tool's result shape; anything
+that goes wrong comes back in it as ``error`` so a runtime can hand it to the model as is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from mdmem.agent.schemas import ALL_TOOLS, DEFAULT_PACK_BUDGET, TOOLS, validate_arguments
+from mdmem.util.errors import MdMemoryError
+
+if TYPE_CHECKING:
+    from mdmem.agent.context import SessionKind
+
+
+class ToolTarget(Protocol):
+    """What the tools run on (a ``ToolTarget``): its search, get, pack and status."""
+
+    def search(
+        self, query: str, max_results: int | None = ..., min_score: float | None = ..., *, session_kind: Any = ...
+    ) -> dict[str, Any]: ...
+
+    def get(self, path: str, from_line: int | None = ..., lines: int | None = ...) -> dict[str, Any]: ...
+
+    def pack(self, query: str, budget_tokens: int = ...) -> dict[str, Any]: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The result shape of tool ``name`` carrying ``error`` (``{error}`` for an unknown tool)."""
+    if name == "memory_search":
+        return {"results": [], "error": message}
+    if name == "memory_get":
+        path = (arguments or {}).get("path")
+        return {"path": path if isinstance(path, str) else "", "text": "", "error": message}
+    if name == "memory_pack":
+        return {"items": [], "bundleText": "", "error": message}
+    return {"error": message}
+
+
+def call_tool(
+    memory: ToolTarget,
+    name: str,
+    arguments: Mapping[str, Any] | str | None = None,
+    *,
+    session_kind: SessionKind = "main",
+) -> dict[str, Any]:
+    """Run tool ``name`` with ``arguments`` (a dict, a JSON object string as OpenAI sends it, or None).
+
+    Always returns the tool's result shape: memory_search ``{results, provider, model, mode, ...}``,
+    memory_get ``{path, text}``, memory_pack ``{query, budgetTokens, usedTokens, items, bundleText, ...}``,
+    memory_status the status object. Invalid arguments, unknown tools and failures return that shape with
+    an ``error`` saying what to change; no exception escapes. ``session_kind`` is the kind of session the
+    call comes from: ``main`` (private) or ``group``; memory_search cites its results per ``query.citations``.
+    """
+    if not isinstance(name, str) or name not in TOOLS:
+        known = ", ".join(ALL_TOOLS)
+        return {"error": f"unknown tool {name!r}; mdmem provides {known}"}
+    args, problem = _parse_arguments(arguments)
+    if problem is None:
+        problem = validate_arguments(TOOLS[name]["input"], args)
+    if problem is not None:
+        return error_result(name, f"invalid arguments for {name}: {problem}", args)
+    try:
+        return _RUNNERS[name](memory, args, session_kind)
+    except MdMemoryError as exc:
+        return error_result(name, str(exc), args)
+    except Exception as exc:  # noqa: BLE001 - the contract: errors are results, never exceptions
+        return error_result(name, f"internal error ({type(exc).__name__}): {exc}", args)
+
+
+def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str | None]:
+    if arguments is None:
+        return {}, None
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except ValueError as exc:
+            return {}, f"arguments are not valid JSON ({exc}); send a JSON object"
+    if not isinstance(arguments, Mapping):
+        return {}, f"arguments must be a JSON object, got {type(arguments).__name__}"
+    return dict(arguments), None
+
+
+def _search(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.search(
+        args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
+    )
+
+
+def _get(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.get(args["path"], from_line=args.get("from"), lines=args.get("lines"))
+
+
+def _pack(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.pack(args["query"], budget_tokens=args.get("budgetTokens", DEFAULT_PACK_BUDGET))
+
+
+def _status(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.status()
+
+
+_RUNNERS: dict[str, Callable[[ToolTarget, dict[str, Any], SessionKind], dict[str, Any]]] = {
+    "memory_search": _search,
+    "memory_get": _get,
+    "memory_pack": _pack,
+    "memory_status": _status,
+}

@@ -1,0 +1,145 @@
+"""``remember``: append one timestamped line to today's log (or ``MEMORY.md``), safely under concurrency.
+
+The line goes in with a single ``write`` on a file opened ``O_APPEND`` (never through a symlink), then
+``fsync``, all under a file lock beside the file (``.mdmemory.lock`` in the same folder, shared by every
+mdmem process whatever its ``MDMEMORY_HOME``), so concurrent ``remember`` calls never interleave or
+lose lines. The folder and the file are created when missing; a new file starts with a heading. The folder
+is opened through ``mdmem.util.filewrite.Folder``: a ``memory/`` that is a symlink (to outside the workspace
+or not) is refused, and so is a lock file that is one.
+
+Only regular files with one link are appended to: a FIFO, a device, a socket or a hard link named like
+the target is refused before anything is opened for writing (``fileread.open_regular``). A note is at
+most ``MAX_NOTE_BYTES`` (64 KiB) of UTF-8, and a note that would push its file over
+``memorySearch.maxFileBytes`` is refused: the indexer skips files over that size, so the whole file would
+drop out of search.
+
+The index needs no flag: the indexer compares each memory file's size and mtime (then content hash) with
+what it indexed, so the next search (``sync.onSearch``), the watcher or ``mdmem index`` picks the line up.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from mdmem.config.load import AgentConfig
+from mdmem.files import clock
+from mdmem.files.workspace import ROOT_FILES, Workspace
+from mdmem.util.errors import ConfigError, LockError, SpecialFileError, WorkspaceError
+from mdmem.util.filewrite import Folder, write_all
+
+LOCK_NAME = ".mdmemory.lock"
+LOCK_TIMEOUT_SECONDS = 30.0
+LONG_TERM_HEADING = "# Long-term memory"
+MAX_NOTE_BYTES = 64 * 1024  # a note, not a document: larger texts belong in a file of their own
+
+
+def remember(
+    agent: AgentConfig,
+    text: str,
+    *,
+    long_term: bool = False,
+    at: datetime | None = None,
+    timeout: float = LOCK_TIMEOUT_SECONDS,
+) -> dict[str, Any]:
+    """Append ``text`` as one timestamped list item and return ``{path, line, created, indexed}``.
+
+    Daily log (default): ``- [HH:MM] text`` in ``memory/YYYY-MM-DD.md`` (today in ``userTimezone``).
+    ``long_term``: ``- [YYYY-MM-DD HH:MM] text`` in ``MEMORY.md`` (or an existing ``memory.md``).
+    Further lines of a multi-line ``text`` are indented so the entry stays one list item.
+    ``indexed`` is always False: the next search or sync indexes the line.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigError("nothing to remember: the text is empty. Fix: pass the note to store.")
+    size = len(text.strip().encode("utf-8", "surrogatepass"))
+    if size > MAX_NOTE_BYTES:
+        raise ConfigError(
+            f"the note is {size} bytes; remember stores notes of at most {MAX_NOTE_BYTES} bytes (64 KiB). "
+            "Fix: store a short summary, and put long documents in a file under memorySearch.extraPaths."
+        )
+    moment = clock.now(agent, at)
+    workspace = Workspace(agent.workspace, agent.memory_search.extra_paths)
+    if long_term:
+        rel = next((n for n in ROOT_FILES if os.path.lexists(workspace.root / n)), ROOT_FILES[0])
+        stamp, heading = moment.strftime("%Y-%m-%d %H:%M"), LONG_TERM_HEADING
+    else:
+        rel = clock.daily_log(moment.date())
+        stamp, heading = moment.strftime("%H:%M"), f"# {moment.date().isoformat()}"
+    line = f"- [{stamp}] " + "\n  ".join(part.rstrip() for part in text.strip().splitlines())
+    created = append_line(
+        workspace.root, rel, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
+    )
+    return {"path": rel, "line": line, "created": created, "indexed": False}
+
+
+def append_line(
+    root: Path,
+    rel: str,
+    line: str,
+    *,
+    heading: str,
+    timeout: float = LOCK_TIMEOUT_SECONDS,
+    max_file_bytes: int | None = None,
+) -> bool:
+    """Append ``line`` (plus a newline) to the file ``rel`` of the workspace ``root`` atomically; True when the
+    file was created.
+
+    A new or empty file gets ``heading`` and a blank line first; a file whose last line has no newline
+    gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a folder on the way that is a
+    symlink (mdmem.util.filewrite), a file that is not a regular file with one link, and a line that would make
+    the file larger than ``max_file_bytes``.
+    """
+    *parts, name = PurePosixPath(rel).parts
+    try:  # first, so that a workspace that cannot exist is reported as such
+        root.mkdir(parents=True, exist_ok=True)
+        folder = Folder(root, parts, create=True)  # refuses symlinked folders
+    except WorkspaceError:
+        raise
+    except OSError as exc:
+        raise _unwritable(root / rel, exc) from None
+    try:
+        with folder, folder.locked(LOCK_NAME, timeout):
+            return _append(folder, name, line, heading, max_file_bytes)
+    except (SpecialFileError, WorkspaceError, LockError):
+        raise
+    except OSError as exc:
+        raise _unwritable(root / rel, exc) from None
+
+
+def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: int | None) -> bool:
+    existed = folder.lstat(name) is not None
+    fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # never a symlink, a FIFO or a hard link
+    try:
+        size = os.fstat(fd).st_size
+        if size == 0:
+            prefix = f"{heading}\n\n"
+        else:
+            prefix = "" if os.pread(fd, 1, size - 1) == b"\n" else "\n"
+        data = (prefix + line + "\n").encode("utf-8")
+        if max_file_bytes is not None and size + len(data) > max_file_bytes:
+            if not existed:
+                os.unlink(name, dir_fd=folder.fd)
+            raise WorkspaceError(
+                f"{folder.shown(name)} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), "
+                "and drop out of search; nothing was written. Fix: move older notes of that file into another "
+                "file under memory/, or raise agents.defaults.memorySearch.maxFileBytes."
+            )
+        write_all(fd, data)  # one write on a regular file; the loop only guards odd file systems
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not existed:
+        folder.sync()
+    return not existed
+
+
+def _unwritable(path: Path, exc: OSError) -> WorkspaceError:
+    if exc.errno == errno.ELOOP:
+        return WorkspaceError(f"{path} is a symlink: mdmem never writes through symlinks")
+    reason = exc.strerror or str(exc)
+    return WorkspaceError(
+        f"cannot write {path} ({reason}). Fix: make the workspace writable, or store the note elsewhere."
+    )

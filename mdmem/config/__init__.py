@@ -1,0 +1,17 @@
+"""The configuration: json5 file -> frozen settings (``settings``), validation with "did you mean"
+(``validation``), where the home and config file are (``paths``), the store section (``store``).
+
+Until the next release, the attributes of the old module ``mdmem.config`` (now ``mdmem.config.load``) are
+forwarded from here (``from mdmem.config import ...`` keeps working).
+"""
+
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    from importlib import import_module  # here: importing the package stays free
+    from importlib.util import find_spec
+
+    if name.startswith("__") or find_spec(f"{__name__}.{name}") is not None:  # a submodule: imported as such
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module("mdmem.config.load"), name)

@@ -1,0 +1,183 @@
+"""One agent's memory at work: the engine ``Memory`` (mdmem.memory) is the facade of.
+
+It is composed of its parts, each owning its state: the provider choice (``providers``:
+mdmem.engine.provider_choice), the index and its syncs (``keeper``: mdmem.engine.keeper), the catch-up
+before a search and the background work it leaves (``catchup``: mdmem.engine.catchup). The operations
+(search, pack, get, status, sync) run over them; nothing here reaches into a part's private state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mdmem.config.load import AgentConfig, Config
+from mdmem.engine.catchup import CatchUp
+from mdmem.engine.keeper import IndexKeeper
+from mdmem.engine.provider_choice import ProviderChoiceKeeper
+from mdmem.engine.searching import search_outcome
+from mdmem.files.memory_get import get_file
+from mdmem.files.transcripts import transcripts_folder
+from mdmem.files.workspace import Workspace
+from mdmem.providers import deadline
+from mdmem.search.arguments import check_search_arguments
+from mdmem.search.results import citations_on, search_response
+from mdmem.util.errors import EmbeddingsPending
+
+# Imported where they are used, so that a command pays only for what it runs (``mdmem get`` opens no
+# index): mdmem.index.indexer, mdmem.engine.packing, mdmem.engine.status, mdmem.pack.
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mdmem.index.indexer import Progress
+    from mdmem.search.hybrid import SearchOutcome
+
+
+class Engine:
+    """One agent's workspace, index and embedding provider (all opened lazily), and what runs on them."""
+
+    def __init__(
+        self,
+        agent: AgentConfig,
+        config: Config | None = None,
+        *,
+        choice: Any = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.config = config
+        self.settings = agent.memory_search
+        self.env = os.environ if env is None else env
+        self.workspace = Workspace(
+            agent.workspace,
+            self.settings.extra_paths,
+            sessions="sessions" in self.settings.sources,
+            transcripts=transcripts_folder(self.settings.sessions.transcripts_dir, agent.id),
+        )
+        self.providers = ProviderChoiceKeeper(agent, self.env, lambda: self.keeper.store, choice)
+        self.keeper = IndexKeeper(agent, self.workspace, self.providers)
+        self.catchup = CatchUp(self.keeper, config, self.env, self.sibling)
+
+    def sibling(self, should_stop: Callable[[], bool] | None = None) -> Engine:
+        """A second engine on this agent: its own connection to the index, this engine's provider."""
+        other = Engine(self.agent, self.config, choice=self.providers.choice, env=self.env)
+        other.keeper.should_stop = should_stop
+        return other
+
+    def close(self, *, provider: bool = True) -> None:
+        """Stop the background work, close the index; the provider too unless another engine shares it."""
+        self.catchup.stop()
+        self.keeper.release_store()
+        self.providers.close(provider)
+
+    def disabled_reason(self) -> str:
+        return (
+            f"memory search is disabled for agent {self.agent.id!r} (memorySearch.enabled is false): "
+            "set it to true to index and search this agent's memory"
+        )
+
+    # -- keeping the index ---------------------------------------------------------------------------
+    def sync(
+        self, force: bool = False, progress: Progress | None = None, prune: bool = False, *, embed: bool = True
+    ) -> dict[str, Any]:
+        """``Memory.sync`` (see there)."""
+        if not self.settings.enabled:
+            from mdmem.index.report import SyncReport
+
+            return {**SyncReport().to_dict(), "disabled": True, "reason": self.disabled_reason()}
+        report = self.keeper.sync(force=force, progress=progress, prune=prune, embed=embed).to_dict()
+        if self.keeper.last_repair is not None:
+            report["repaired"] = self.keeper.last_repair
+        if self.providers.provider_error is not None and self.providers.choice.hint:
+            report["warnings"] = [self.providers.choice.hint]
+        return report
+
+    def take_over(self, progress: Progress | None = None) -> dict[str, Any]:
+        """``Memory.take_over`` (see there)."""
+        replaced = self.keeper.store.claim_workspace()
+        return {**self.sync(force=True, progress=progress), "tookOver": replaced}
+
+    def catch_up(self) -> tuple[bool, list[str]]:
+        """What a search does first (``sync.onSearch``), alone: (stale, notes)."""
+        if not self.settings.sync.on_search:
+            return False, []
+        with deadline.until(self.keeper.embedding_deadline()):
+            return self.catchup.run()
+
+    def session_start(self) -> dict[str, Any]:
+        """``Memory.session_start`` (see there)."""
+        report = None
+        if self.settings.sync.on_session_start and self.settings.enabled:
+            try:
+                report = self.keeper.sync().to_dict()
+            except EmbeddingsPending as exc:  # the text is indexed; status shows what waits for embeddings
+                report = exc.report
+        return {"sync": report, "status": self.status()}
+
+    # -- answering -----------------------------------------------------------------------------------
+    def search(
+        self, query: str, max_results: int | None = None, min_score: float | None = None, *, session_kind: str = "main"
+    ) -> dict[str, Any]:
+        """``Memory.search`` (see there)."""
+        query, max_results, min_score = check_search_arguments(query, max_results, min_score)
+        if not self.settings.enabled:
+            return {"results": [], "disabled": True, "error": self.disabled_reason()}
+        q = self.settings.query
+        limit = q.max_results if max_results is None else max_results
+        threshold = q.min_score if min_score is None else min_score
+        with self.keeper.store_faults():
+            outcome, _, extra = self.search_outcome(query, limit, threshold)
+            choice = self.providers.choice
+            model = choice.provider.model if choice.provider else None
+            cited = citations_on(q.citations, session_kind)
+            return {**search_response(outcome, provider=choice.name, model=model, citations=cited), **extra}
+
+    def search_outcome(
+        self, query: str, limit: int, threshold: float
+    ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
+        """Catch up, embed the query, search: (outcome, query vector or None, notes) (mdmem.engine.searching)."""
+        return search_outcome(self.keeper, self.catchup, query, limit, threshold)
+
+    def pack(
+        self,
+        query: str,
+        budget_tokens: int = 1000,
+        max_items: int | None = None,
+        sources: Sequence[str] | None = None,
+        trace: bool = False,
+    ) -> dict[str, Any]:
+        """``Memory.pack`` (see there)."""
+        from mdmem.engine.packing import run_pack
+        from mdmem.pack.arguments import check_pack_arguments
+        from mdmem.pack.inputs import lines_reader
+
+        if not self.settings.enabled:
+            check_pack_arguments(query, budget_tokens, max_items, sources)
+            empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
+            return {**empty, "disabled": True, "error": self.disabled_reason()}
+        with self.keeper.store_faults():
+            return run_pack(
+                self.search_outcome,
+                self.settings,
+                lambda: self.providers.choice,
+                lambda: self.keeper.store,
+                lambda: lines_reader(self.agent.files_here, self.workspace, self.keeper.store),
+                query,
+                budget_tokens,
+                max_items=max_items,
+                sources=sources,
+                trace=trace,
+            )
+
+    def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
+        """``Memory.get`` (see there)."""
+        if not self.settings.enabled:
+            return {"path": path, "text": "", "disabled": True, "error": self.disabled_reason()}
+        return get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
+
+    def status(self) -> dict[str, Any]:
+        """``Memory.status`` (see there)."""
+        from mdmem.engine.status import build_status
+
+        return build_status(self.keeper, self.catchup, self.config, self.disabled_reason())

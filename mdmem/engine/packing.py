@@ -1,0 +1,114 @@
+"""Runs a ContextPack for one agent's memory: gathers what ``mdmem.pack.build`` needs, then calls it.
+
+- the search, with a wider net (``PACK_NET`` x ``query.maxResults`` candidates), ranked and scored exactly
+  as memory_search; ``minScore`` is applied by the pack so that its receipts show what the threshold drops;
+- each candidate's window similarities: its windows are rebuilt as the indexer embedded them and matched
+  to the stored vectors by input hash (no embedding at query time);
+- the candidates' files, read through the workspace rules (no symlinks, memory files only);
+- the provider's tokenizer for the budget (the project's estimate without a provider).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mdmem.pack.arguments import check_pack_arguments
+from mdmem.pack.build import LinesOf, Window, build_pack, min_budget
+from mdmem.pack.inputs import counter, window_similarities
+from mdmem.pack.items import kind_of
+from mdmem.util.errors import InvalidArgumentError
+from mdmem.util.tokens import TokenCounter, estimate_tokens
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mdmem.config.load import MemorySearchConfig
+    from mdmem.providers.factory import ProviderChoice
+    from mdmem.search.hybrid import SearchOutcome
+    from mdmem.store.api import IndexStore
+
+# A search as the engine runs it: (query, limit, threshold) -> (outcome, query vector or None, notes)
+Search = Callable[[str, int, float], "tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]"]
+
+PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
+TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
+
+
+def candidate_count(max_results: int, budget_tokens: int) -> int:
+    return max(max_results * PACK_NET, math.ceil(budget_tokens / TOKENS_PER_CANDIDATE))
+
+
+def run_pack(
+    search: Search,
+    settings: MemorySearchConfig,
+    choice: Callable[[], ProviderChoice],
+    store: Callable[[], IndexStore],
+    lines_of: Callable[[], LinesOf],
+    query: str,
+    budget_tokens: int = 1000,
+    *,
+    max_items: int | None = None,
+    sources: Sequence[str] | None = None,
+    trace: bool = False,
+) -> dict[str, Any]:
+    """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
+    ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them. Over ``search``
+    (the engine's, which catches up first); ``choice``, ``store`` and ``lines_of`` (the files' lines:
+    mdmem.pack.inputs.lines_reader) are asked for after it, as the search may have changed them."""
+    query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
+    q = settings.query
+    before = choice()
+    smallest = min_budget(counter(before.provider) if before.provider is not None else estimate_tokens)
+    if budget_tokens < smallest:
+        by = f"the {before.name} provider's tokenizer" if before.provider is not None else "the token estimate"
+        raise InvalidArgumentError(
+            f"a budget of {budget_tokens} tokens cannot hold any memory: the pack's header alone takes "
+            f"{smallest - 1} tokens ({by}). Fix: ask for at least "
+            f"{smallest} tokens; one cited line needs a few more"
+        )
+    outcome, vector, notes = search(query, candidate_count(q.max_results, budget_tokens), 0.0)
+    hits = outcome.hits
+    if sources is not None:
+        hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
+    chosen = choice()
+    provider = chosen.provider
+    count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
+    windows: dict[int, list[Window]] = {}
+    if vector is not None and settings.chunking.window_tokens:
+        windows = window_similarities(store(), hits, vector, settings.chunking.window_tokens, count)
+    pack = build_pack(
+        hits,
+        query=query,
+        terms=outcome.terms,
+        mode=outcome.mode,
+        lines_of=lines_of(),
+        budget_tokens=budget_tokens,
+        windows=windows,
+        count=count,
+        min_score=q.min_score,
+        max_items=max_items,
+        weights=(q.hybrid.vector_weight, q.hybrid.text_weight),
+        price_by_line=provider is not None,
+        low_confidence=min(q.low_confidence_results, q.max_results),
+        explain=trace,
+    )
+    if any(item.low_confidence for item in pack.items):
+        warning = (
+            f"no candidate reached minScore {q.min_score:g}; the items with lowConfidence: true are the closest "
+            "and may be unrelated: read them before relying on them"
+        )
+        notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
+    if pack.best_left_out is not None:
+        best = pack.best_left_out
+        said = "none of them fits" if not pack.items else "the best one did not fit"
+        warning = (
+            f"{pack.matched} candidate(s) matched; {said} in {budget_tokens} tokens: the best, {best.ref}, needs a "
+            f"budget of {best.budget_tokens} tokens"
+        )
+        notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
+    body = pack.to_dict(trace)
+    head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
+    model = provider.model if provider is not None else None
+    return {**head, "provider": chosen.name, "model": model, **body, **notes}

@@ -1,0 +1,369 @@
+"""Remote embeddings from any OpenAI-compatible ``/embeddings`` endpoint (``provider: "openai"``).
+
+Uses the official ``openai`` SDK, imported and built on first use so keyword-only search starts fast. The
+SDK's own retries are off (``max_retries=0``): the base class owns retries, backoff and the time cap. This
+module only maps each failure to ``TransientProviderError`` (429, 408, 409, 5xx, timeouts, connection
+errors, an unreadable 200) or ``ProviderError`` (other 4xx, wrong vector count), with a fix in the message.
+
+Bounded (``transport``): a request ends by ``timeoutSeconds`` or the caller's deadline, whichever is first,
+however the server behaves; a body over ``response_cap`` is refused unread, error bodies are read to 1 MiB.
+
+Secrets: the API key and header values never appear in an exception, repr, log record or ``identity()``.
+Errors are raised *after* the ``except`` block that caught the SDK error, so the SDK exception (whose
+request object carries the ``Authorization`` header) is reachable through neither ``__cause__`` nor
+``__context__``; text quoted from the server is scrubbed of the key and header values first.
+
+Malformed responses: a 200 whose body is not JSON, or is JSON without a usable ``data`` list, is
+*transient*. The usual cause is a proxy or load balancer hiccup that one retry fixes; if it persists the
+base gives up after ``max_retries`` and the message says to check ``remote.baseUrl``. An HTML page is the
+exception: the base URL points at a website, so it fails at once. A well-formed answer with the wrong
+number of vectors is permanent: a server that caps inputs per request does so every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mdmem.providers import deadline
+from mdmem.providers.base import EmbeddingProvider, RetryPolicy
+from mdmem.providers.transport import (
+    ErrorResponse,
+    LoopThread,
+    ResponseTooLarge,
+    error_guard,
+    parse_retry_after,
+    read_capped,
+)
+from mdmem.providers.urls import display_url, has_credentials, is_loopback
+from mdmem.util.errors import InputRejected, ProviderError, TransientProviderError
+from mdmem.util.redaction.credentials import REDACTED, is_secret_name, scrub
+from mdmem.util.tokens import estimate_tokens
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "text-embedding-3-small"
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+LOCAL_PLACEHOLDER_KEY = "not-needed"
+"""Sent to loopback servers (llama.cpp server, Ollama) that need no key; the SDK insists on one."""
+NO_KEY_MESSAGE = "No API key: set agents.defaults.memorySearch.remote.apiKey or OPENAI_API_KEY"
+
+KNOWN_MODELS: dict[str, tuple[int, int]] = {
+    "text-embedding-3-small": (1536, 8191),
+    "text-embedding-3-large": (3072, 8191),
+    "text-embedding-ada-002": (1536, 8191),
+}
+"""Model -> (default dimension, max input tokens)."""
+
+DEFAULT_MAX_INPUT_TOKENS = 8191
+DEFAULT_MAX_BATCH_SIZE = 2048  # the API's limit on inputs per request
+DEFAULT_MAX_BATCH_TOKENS = 250_000  # the API caps a request at 300k tokens; keep a margin for estimates
+RESPONSE_BASE_BYTES = 1024 * 1024  # response cap: this, plus BYTES_PER_VALUE per expected number
+BYTES_PER_VALUE = 48  # a JSON float is ~10-25 characters; room for pretty-printed bodies
+UNKNOWN_DIMS = 8192  # dimensions assumed for the cap before the first answer (sqlite-vec's maximum)
+ESTIMATE_MARGIN = 4 / 3
+"""Without tiktoken, assume ~3 characters per token instead of the estimate's 4, so truncated code, URLs
+and other token-dense text still fits the server's limit."""
+
+_MAX_QUOTED = 300
+
+
+class _Secret:
+    """Holds a secret; ``repr`` and ``str`` never show it, so ``vars(provider)`` is safe to log."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return REDACTED
+
+    __str__ = __repr__
+
+
+class OpenAIEmbeddingProvider(EmbeddingProvider):
+    """Embeddings from the OpenAI API or any server speaking its ``/v1/embeddings`` protocol.
+
+    ``base_url`` defaults to ``OPENAI_BASE_URL`` from ``env`` (default ``os.environ``), then to the OpenAI
+    API; ``api_key`` likewise to ``OPENAI_API_KEY``. Loopback servers need no key. ``dimensions`` asks
+    text-embedding-3 models for shorter vectors. Limits default to OpenAI's and can be overridden for
+    other servers (a llama.cpp server, for one, rejects inputs longer than its batch size).
+    """
+
+    id = "openai"
+    enforces_deadline = True
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        dimensions: int | None = None,
+        timeout: float = 30.0,
+        max_retries: int = 5,
+        env: Mapping[str, str] | None = None,
+        *,
+        max_input_tokens: int | None = None,
+        max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+        max_batch_tokens: int | None = DEFAULT_MAX_BATCH_TOKENS,
+    ) -> None:
+        env = os.environ if env is None else env
+        if dimensions is not None and (not isinstance(dimensions, int) or dimensions <= 0):
+            raise ProviderError(f"remote.dimensions must be a positive integer, got {dimensions!r}")
+        if timeout <= 0 or max_retries < 0 or max_batch_size <= 0:
+            raise ProviderError("remote.timeoutSeconds and max_batch_size must be > 0, max_retries >= 0")
+        raw_url = (base_url or env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL).strip()
+        if has_credentials(raw_url):
+            # httpx logs request URLs and turns user:pass into Basic auth, replacing the bearer key.
+            raise ProviderError(
+                f"remote.baseUrl ({display_url(raw_url)}) must not carry credentials: put the key in "
+                "remote.apiKey or remote.headers"
+            )
+        key = api_key or env.get("OPENAI_API_KEY") or (LOCAL_PLACEHOLDER_KEY if is_loopback(raw_url) else "")
+        if not key:
+            raise ProviderError(NO_KEY_MESSAGE)
+        header_map = {str(k): str(v) for k, v in (headers or {}).items()}
+        known = KNOWN_MODELS.get(model)
+
+        self.model = model
+        self.base_url = display_url(raw_url)
+        self.dimensions = dimensions
+        self.timeout = float(timeout)
+        self.dims = dimensions or (known[0] if known else None)
+        self.max_input_tokens = max_input_tokens or (known[1] if known else DEFAULT_MAX_INPUT_TOKENS)
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.retry = RetryPolicy(max_retries=max_retries)
+
+        self._raw_base_url = raw_url
+        self._api_key = _Secret(key)
+        self._headers = _Secret(header_map)
+        values = [key, *header_map.values()]
+        self._scrub = _Secret(sorted({s for s in values if len(s) >= 4}, key=len, reverse=True))
+        self._client: Any = None
+        self._openai: Any = None
+        self._tokenizer: Any = None  # None: not tried yet; False: unavailable
+        self._lock = threading.Lock()
+        self._io = LoopThread("mdmemory-openai-io")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    # -- identity and limits ------------------------------------------------------------------------
+    def identity(self) -> dict[str, object]:
+        """Base URL (without credentials), requested dimensions, and non-secret headers."""
+        ident: dict[str, object] = {"base_url": self.base_url, "dimensions": self.dimensions}
+        headers: dict[str, str] = self._headers.value
+        if headers:
+            names = ",".join(sorted(name.lower() for name in headers))
+            ident["headers"] = {
+                "names": hashlib.sha256(names.encode()).hexdigest()[:16],
+                "values": {k.lower(): v for k, v in sorted(headers.items()) if not is_secret_name(k)},
+            }
+        return ident
+
+    def count_tokens(self, text: str) -> int:
+        """Exact count with tiktoken for OpenAI models when installed, else a deliberately high estimate."""
+        tokenizer = self._get_tokenizer()
+        if tokenizer:
+            return len(tokenizer.encode(text, disallowed_special=()))
+        return math.ceil(estimate_tokens(text) * ESTIMATE_MARGIN)
+
+    def _get_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = False
+            if self.model in KNOWN_MODELS:
+                try:
+                    import tiktoken
+
+                    self._tokenizer = tiktoken.get_encoding("cl100k_base")
+                except Exception:  # not installed, or offline and the BPE file is not cached
+                    log.debug("tiktoken unavailable; using the conservative token estimate")
+        return self._tokenizer
+
+    # -- the client ---------------------------------------------------------------------------------
+    def _get_client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                try:
+                    import openai
+                except ImportError as exc:
+                    raise ProviderError("The openai package is not installed: pip install 'mdmem[remote]'") from exc
+                self._openai = openai
+                self._client = openai.AsyncOpenAI(
+                    api_key=self._api_key.value,
+                    base_url=self._raw_base_url,
+                    default_headers=dict(self._headers.value) or None,
+                    timeout=self.timeout,
+                    max_retries=0,  # the base's retry loop owns retries and the time cap
+                    http_client=openai.DefaultAsyncHttpxClient(event_hooks={"response": [error_guard]}),
+                )
+            return self._client
+
+    def warm_up(self) -> None:
+        """Import the SDK and build the client (seconds on a slow machine; no query budget counts it)."""
+        self._get_client()
+
+    def close(self) -> None:
+        """Close the HTTP client and stop its loop thread. Safe to call twice; the next call builds a new one."""
+        with self._lock:
+            client, self._client = self._client, None
+        self._io.close(last=client.close if client is not None else None)
+
+    def response_cap(self, inputs: int) -> int:
+        """Most bytes accepted in an answer for ``inputs`` texts: ample for floats as JSON, never unbounded."""
+        return RESPONSE_BASE_BYTES + inputs * (self.dims or UNKNOWN_DIMS) * BYTES_PER_VALUE
+
+    # -- the one provider method --------------------------------------------------------------------
+    def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
+        """One ``POST /embeddings`` for ``texts``; vectors returned in input order (sorted by ``index``)."""
+        client = self._get_client()
+        openai = self._openai
+        params: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
+        if self.dimensions is not None:
+            params["dimensions"] = self.dimensions
+        left = deadline.time_left()
+        limit = self.timeout if left is None else max(0.0, min(self.timeout, left))
+        try:
+            kind, body = self._io.run(self._post(client, params, self.response_cap(len(texts))), limit)
+        except TimeoutError:
+            why = "" if limit == self.timeout else " (the rest of this call's time budget)"
+            error: ProviderError = TransientProviderError(
+                f"request to {self.base_url} timed out after {limit:.3g}s{why}"
+            )
+        except ErrorResponse as exc:
+            error = self._map_status(exc.status, exc.headers, self._server_message(exc.body))
+        except ResponseTooLarge as exc:
+            error = ProviderError(
+                f"{self.base_url} sent too large an embeddings response: {exc}; check remote.baseUrl points at an "
+                "OpenAI-compatible API, or lower max_batch_size"
+            )
+        except openai.APIError as exc:
+            error = self._map_api_error(exc)
+        else:
+            return self._vectors(self._parse(kind, body), len(texts))
+        # Raised here, outside the except block, so the SDK exception is not chained (see module doc).
+        log.debug("openai embeddings request failed: %s", error)
+        raise error
+
+    async def _post(self, client: Any, params: dict[str, Any], cap: int) -> tuple[str, bytes]:
+        async with client.embeddings.with_streaming_response.create(**params) as response:
+            return response.headers.get("content-type", ""), await read_capped(response, cap)
+
+    # -- response and error mapping -----------------------------------------------------------------
+    def _parse(self, content_type: str, body: bytes) -> Any:
+        if "html" in content_type.lower() or body.lstrip()[:1] == b"<":
+            raise ProviderError(
+                f"{self.base_url} answered with an HTML page, not JSON: remote.baseUrl does not point at an "
+                "OpenAI-compatible API (it usually ends in /v1)"
+            )
+        try:
+            return json.loads(body)
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise self._malformed(f"the body is not valid JSON ({type(exc).__name__})") from None
+
+    def _vectors(self, response: Any, expected: int) -> list[list[float]]:
+        data = _field(response, "data")
+        if not isinstance(data, list):
+            raise self._malformed("no 'data' list")
+        rows: list[tuple[int, list[float]]] = []
+        for item in data:
+            index, vector = _field(item, "index"), _field(item, "embedding")
+            if not isinstance(index, int) or not isinstance(vector, list):
+                raise self._malformed("an item without an integer 'index' and a float list 'embedding'")
+            rows.append((index, vector))
+        if len(rows) != expected:
+            raise ProviderError(
+                f"{self.base_url} returned {len(rows)} embedding(s) for {expected} input(s); if the server "
+                "caps inputs per request, lower max_batch_size"
+            )
+        rows.sort(key=lambda row: row[0])
+        if [index for index, _ in rows] != list(range(expected)):
+            raise ProviderError(f"{self.base_url} returned embedding indexes that are not 0..{expected - 1}")
+        return [vector for _, vector in rows]
+
+    def _malformed(self, what: str) -> TransientProviderError:
+        return TransientProviderError(
+            f"{self.base_url} returned a malformed embeddings response ({what}); if this persists, check "
+            "remote.baseUrl points at an OpenAI-compatible API"
+        )
+
+    def _map_api_error(self, exc: Any) -> ProviderError:
+        openai = self._openai
+        if isinstance(exc, openai.APITimeoutError):
+            return TransientProviderError(f"request to {self.base_url} timed out after {self.timeout:g}s")
+        if isinstance(exc, openai.APIConnectionError):
+            reason = self._redact(str(exc.__cause__ or exc))
+            return TransientProviderError(
+                f"cannot connect to {self.base_url} ({reason}); check remote.baseUrl and that it is up"
+            )
+        if isinstance(exc, openai.APIStatusError):
+            return self._map_status(exc.status_code, exc.response.headers, self._server_message(exc.body))
+        if isinstance(exc, openai.APIResponseValidationError):
+            return self._malformed("it does not match the embeddings schema")
+        return ProviderError(f"{self.base_url} request failed: {type(exc).__name__}: {self._redact(str(exc))}")
+
+    def _map_status(self, status: int, headers: Mapping[str, str], message: str) -> ProviderError:
+        detail = f"HTTP {status} from {self.base_url}/embeddings" + (f": {message}" if message else "")
+        lowered = message.lower()
+        if status == 429:
+            return TransientProviderError(f"{detail} (rate limited)", retry_after=parse_retry_after(headers))
+        if status >= 500 or status in (408, 409):
+            return TransientProviderError(detail, retry_after=parse_retry_after(headers))
+        if status == 401:
+            return ProviderError(f"{detail}. The API key was rejected: check remote.apiKey / OPENAI_API_KEY")
+        if status == 403:
+            return ProviderError(
+                f"{detail}. The key may not use model {self.model!r}: check remote.apiKey / OPENAI_API_KEY "
+                "and the project's model access"
+            )
+        if status == 404:
+            return ProviderError(
+                f"{detail}. Check the model name ({self.model!r}) and remote.baseUrl ({self.base_url}; "
+                "OpenAI-compatible servers usually end in /v1)"
+            )
+        if status == 413 or "maximum" in lowered or "too long" in lowered or "too large" in lowered:
+            return InputRejected(
+                f"{detail}. The input or request is too large for this server: lower max_input_tokens, "
+                "max_batch_tokens or max_batch_size"
+            )
+        return ProviderError(
+            f"{detail}. The server rejected the request: check the model name ({self.model!r}) and remote.dimensions"
+        )
+
+    def _server_message(self, body: Any) -> str:
+        if isinstance(body, bytes):  # read by transport.error_guard: JSON, or text
+            try:
+                body = json.loads(body)
+            except ValueError:
+                body = body.decode("utf-8", errors="replace")
+        message: object = None
+        if isinstance(body, dict):
+            error = body.get("error")
+            message = error.get("message") if isinstance(error, dict) else error or body.get("message")
+        elif isinstance(body, str):
+            message = body
+        text = " ".join(str(message or "").split())
+        if len(text) > _MAX_QUOTED:
+            text = text[:_MAX_QUOTED] + "..."
+        return self._redact(text)
+
+    def _redact(self, text: str) -> str:
+        for secret in self._scrub.value:
+            text = text.replace(secret, REDACTED)
+        return scrub(text)
+
+
+def _field(obj: Any, name: str) -> Any:
+    """Attribute or key ``name``: the SDK builds models leniently, so fields may be missing or dicts."""
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)

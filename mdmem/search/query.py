@@ -1,0 +1,87 @@
+"""The query side of keyword search, pure: terms, stop words, CJK runs, accent folding, exact hits.
+
+Used by the search (mdmem.search.hybrid), the pack's trimming (mdmem.pack.build, mdmem.pack.trim) and the
+stores'
+keyword plans; no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+
+from mdmem.util.tokens import CJK_RUN
+
+# Function words dropped from the keyword query when it has other terms: they match nearly every chunk,
+# carry almost no BM25 weight, and make FTS5 score every row. Exact-hit detection still uses all terms.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having
+    he her here hers herself him himself his how i if in into is it its itself just me more most my myself no
+    nor not now of off on once only or other our ours ourselves out over own same she should so some such than
+    that the their theirs them themselves then there these they this those through to too under until up very
+    was we were what when where which while who whom why will with would you your yours yourself yourselves
+    tell say said know remember recall""".split()
+)
+MAX_QUERY_TERMS = 64
+WORD = re.compile(r"\w+", re.UNICODE)
+NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def query_terms(query: str) -> list[str]:
+    """Unicode word tokens of ``query``, lower-cased and de-duplicated, in order."""
+    seen: dict[str, None] = {}
+    for tok in WORD.findall(query.lower()):
+        tok = tok.strip("_")
+        if tok:
+            seen.setdefault(tok, None)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def keyword_terms(terms: Sequence[str]) -> list[str]:
+    """The terms worth sending to FTS5: stop words are dropped unless nothing else is left."""
+    content = [t for t in terms if t not in STOP_WORDS]
+    return content or list(terms)
+
+
+def cjk_match(query: str) -> tuple[list[str], list[str]]:
+    """For CJK runs in ``query``: the overlapping character trigrams of runs of 3+ characters, and the
+    shorter runs, which a trigram index cannot match, as substrings."""
+    trigrams: dict[str, None] = {}
+    short: dict[str, None] = {}
+    for run in CJK_RUN.findall(query):
+        if len(run) >= 3:
+            for i in range(len(run) - 2):
+                trigrams.setdefault(run[i : i + 3], None)
+        else:
+            short.setdefault(run, None)
+    return list(trigrams)[:MAX_QUERY_TERMS], list(short)[:8]
+
+
+def fold(text: str) -> str:
+    """Lower-case and strip accents, as the FTS5 tokenizer does."""
+    lower = text.lower()
+    if lower.isascii():
+        return lower
+    decomposed = unicodedata.normalize("NFKD", lower)  # only non-ASCII characters can be combining marks
+    return NON_ASCII.sub(lambda m: "" if unicodedata.combining(m[0]) else m[0], decomposed)
+
+
+def contains_all_terms(text: str, terms: Sequence[str], query: str = "") -> bool:
+    """True when ``text`` contains every query term: words as whole words, CJK runs as substrings."""
+    if not terms:
+        return False
+    folded = fold(text)
+    words = set(WORD.findall(CJK_RUN.sub(" ", folded)))
+    for term in terms:
+        t = fold(term)
+        if CJK_RUN.search(t):
+            if not all(run in folded for run in CJK_RUN.findall(t)):
+                return False
+            rest = CJK_RUN.sub(" ", t).split()
+            if any(w not in words for w in rest):
+                return False
+        elif not all(w in words for w in WORD.findall(t)):
+            return False
+    return True

@@ -1,1 +1,0 @@
-"""``mdmemory mcp``: the tools over MCP on stdio. Nothing imports it but the command line."""

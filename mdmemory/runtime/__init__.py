@@ -1,2 +1,0 @@
-"""Long-running processes: the file watcher, the ``mdmemory watch`` daemon, the command-line socket
-(protocol and server; the answer function is injected by the command line)."""
