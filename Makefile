@@ -60,10 +60,10 @@ local-fast: $(VENV)/.base | llama-wheel
 	@$(BIN)/python -c "from mdmem.providers.local import choose_binding as c; print('provider local now uses', c())"
 
 run: $(VENV)/.base
-	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory index
-	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory search "when do the backups run"
-	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory search "寿司"
-	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmemory status
+	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmem index
+	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmem search "when do the backups run"
+	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmem search "寿司"
+	MDMEMORY_HOME=$(STATE) MDMEMORY_WORKSPACE=$(CURDIR)/workspace-template $(BIN)/mdmem status
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q
