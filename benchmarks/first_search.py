@@ -7,7 +7,7 @@ index). Then, timed step by step, in a temporary folder with its own MDMEMORY_HO
 nothing from an earlier run helps):
 
 1. ``python -m venv``                              a fresh virtualenv
-2. ``pip install 'mdmemory-*.whl[local]'``         the wheel with the local extra (xllamacpp: no compile),
+2. ``pip install 'mdmem-*.whl[local]'``         the wheel with the local extra (xllamacpp: no compile),
                                                      from the package index pip is configured with here
 3. ``mdmem init WS --model MODEL``              a workspace and a config pointing at the model file
 4. ``mdmem index``                              the workspace (workspace-template's notes copied in)
@@ -67,7 +67,7 @@ def run(tmp: Path, model: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels), str(ROOT)], check=True
     )
-    wheel = next(wheels.glob("mdmemory-*.whl"))
+    wheel = next(wheels.glob("mdmem-*.whl"))
     venv, ws = tmp / "venv", tmp / "notes"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MDMEMORY_", "VIRTUAL_ENV", "PYTHONPATH"))}
     env.update(
