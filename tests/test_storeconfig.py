@@ -96,7 +96,7 @@ def test_schema_names_that_are_not_mdmemorys_own_plain_names_are_refused(tmp_pat
     message = str(failed.value)
     key = "agents.defaults.memorySearch.store.schema"
     assert failed.value.key == key and f"{key}:" in message and why in message, message
-    assert "Fix: " in message and '"mdmem"' in message, message
+    assert "Fix: " in message and '"mdmemory"' in message, message
 
 
 @pytest.mark.parametrize("schema", ["mdmemory", "team_a", "_memory", "users", "int", "between", "a" * 63])
