@@ -225,6 +225,14 @@ _R = TypeVar("_R")
 _B = TypeVar("_B", bound="HasSession")
 
 
+def session_connection(url: str) -> Any:
+    """The connection of the ``session`` block this thread is in for ``url``; RuntimeError outside one."""
+    conn = current(url)
+    if conn is None:
+        raise RuntimeError("no connection outside a store session: use `with store.session():`")
+    return conn
+
+
 class HasSession(Protocol):
     """Anything that can hold a connection for a block (a store, its parts, an entry log)."""
 
@@ -244,10 +252,7 @@ class Borrowing:
 
     @property
     def conn(self) -> Any:
-        conn = current(self.url)
-        if conn is None:
-            raise RuntimeError("no connection outside a store session: use `with store.session():`")
-        return conn
+        return session_connection(self.url)
 
 
 def borrows(method: Callable[Concatenate[_B, _P], _R]) -> Callable[Concatenate[_B, _P], _R]:

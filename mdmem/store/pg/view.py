@@ -15,7 +15,7 @@ from typing import Any
 
 from mdmem.config.store import HnswConfig
 from mdmem.store.pg import keyword
-from mdmem.store.pg.connection import current, session
+from mdmem.store.pg.connection import session, session_connection
 
 
 def lock_key(agent_id: str, purpose: str = "writer") -> int:
@@ -50,10 +50,7 @@ class PgIndexView:
     @property
     def conn(self) -> Any:
         """The connection of the ``session`` block this thread is in."""
-        conn = current(self.url)
-        if conn is None:
-            raise RuntimeError("no connection outside a store session: use `with store.session():`")
-        return conn
+        return session_connection(self.url)
 
     def totals(self) -> keyword.Totals:
         """The generation's totals (remembered since the last ``refresh`` or write here, else read now)."""
