@@ -4,6 +4,9 @@ text, so that what is found in it is redacted in the text (``mapped``)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
+
 from mdmem.util.lazyre import lazy
 
 Span = tuple[int, int, str]
@@ -43,22 +46,7 @@ def percent_decoded(text: str) -> tuple[str, list[int], list[int]] | None:
     that is no matter: the secrets looked for are ASCII."""
     if "%" not in text or _PERCENT.search(text) is None:
         return None
-    pieces: list[str] = []
-    starts: list[int] = []
-    ends: list[int] = []
-    pos = 0
-    for m in _PERCENT.finditer(text):
-        pieces.append(text[pos : m.start()])
-        starts.extend(range(pos, m.start()))
-        ends.extend(range(pos + 1, m.start() + 1))
-        pieces.append(chr(int(m[0][1:], 16)))
-        starts.append(m.start())
-        ends.append(m.end())
-        pos = m.end()
-    pieces.append(text[pos:])
-    starts.extend(range(pos, len(text)))
-    ends.extend(range(pos + 1, len(text) + 1))
-    return "".join(pieces), starts, ends
+    return _decoded(text, _PERCENT.finditer(text), lambda escape: chr(int(escape[1:], 16)))
 
 
 _ESCAPE = lazy(r"\\(?:[\"'/\\bfnrt]|u[0-9A-Fa-f]{4})")
@@ -72,16 +60,28 @@ def backslash_decoded(text: str) -> tuple[str, list[int], list[int]] | None:
     None without escapes."""
     if "\\" not in text or _ESCAPE.search(text) is None:
         return None
+    return _decoded(text, _ESCAPE.finditer(text), _unescape)
+
+
+def _unescape(escape: str) -> str:
+    code = escape[1:]
+    return chr(int(code[1:], 16)) if code[0] == "u" else _ESCAPED.get(code, code)
+
+
+def _decoded(
+    text: str, escapes: Iterable[re.Match[str]], decode: Callable[[str], str]
+) -> tuple[str, list[int], list[int]]:
+    """``text`` with each of ``escapes`` replaced by ``decode`` of it (one character), and where each character
+    of the result starts and ends in ``text``."""
     pieces: list[str] = []
     starts: list[int] = []
     ends: list[int] = []
     pos = 0
-    for m in _ESCAPE.finditer(text):
+    for m in escapes:
         pieces.append(text[pos : m.start()])
         starts.extend(range(pos, m.start()))
         ends.extend(range(pos + 1, m.start() + 1))
-        code = m[0][1:]
-        pieces.append(chr(int(code[1:], 16)) if code[0] == "u" else _ESCAPED.get(code, code))
+        pieces.append(decode(m[0]))
         starts.append(m.start())
         ends.append(m.end())
         pos = m.end()
