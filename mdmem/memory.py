@@ -163,15 +163,17 @@ class Memory:
         min_score: float | None = None,
         *,
         session_kind: SessionKind = "main",
+        neighbors: int = 0,
     ) -> dict[str, Any]:
         """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
 
         Raises InvalidArgumentError (a ValueError) for an empty query, ``max_results`` outside 1-100 or
         ``min_score`` outside 0-1: the bounds of the memory_search tool schema. Results carry ``citation``
         (and their snippet a ``Source:`` line) when ``query.citations`` is ``on``, or ``auto`` in a ``main``
-        session (``session_kind``; ``group`` for shared chats).
+        session (``session_kind``; ``group`` for shared chats). ``neighbors=1`` adds, after the results, the
+        chunks they link to or are linked from, each with ``via`` (docs/truth.md).
         """
-        return self.engine.search(query, max_results, min_score, session_kind=session_kind)
+        return self.engine.search(query, max_results, min_score, session_kind=session_kind, neighbors=neighbors)
 
     def pack(
         self,
@@ -180,6 +182,7 @@ class Memory:
         max_items: int | None = None,
         sources: Sequence[str] | None = None,
         trace: bool = False,
+        neighbors: int = 0,
     ) -> dict[str, Any]:
         """A ContextPack: the most evidence per token for ``query`` within ``budget_tokens``, every item cited.
 
@@ -189,8 +192,10 @@ class Memory:
         ``matched`` counts the candidates (0: nothing matched) and ``bestLeftOut`` names the best one when the
         budget could not hold it, with the budget that would. A budget below the header's cost raises
         InvalidArgumentError naming the minimum. See mdmem.pack.build.
+        ``neighbors=1`` also considers the notes the matches link to or are linked
+        from (items and receipts from them carry ``via``).
         """
-        return self.engine.pack(query, budget_tokens, max_items, sources, trace)
+        return self.engine.pack(query, budget_tokens, max_items, sources, trace, neighbors=neighbors)
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
@@ -217,9 +222,22 @@ class Memory:
         """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""
         return integration.session_context(self.agent, kind, today)
 
-    def remember(self, text: str, long_term: bool = False) -> dict[str, Any]:
-        """Append a timestamped line to today's log (or MEMORY.md); the next search or sync indexes it."""
-        return integration.remember(self.agent, text, long_term=long_term)
+    def truth(self, subject: str, max_facts: int = 5) -> dict[str, Any]:
+        """What is currently true about ``subject``: ``{subject, facts: [{current, history}]}``, each version with
+        its ``ref``, ``text``, ``date`` and ``supportedBy`` refs, history newest first with ``supersededOn``
+        (docs/truth.md)."""
+        return self.engine.truth(subject, max_facts)
+
+    def links(self, path: str) -> dict[str, Any]:
+        """The links of the memory file ``path`` and its backlinks, resolved: ``{path, links: [{line, to, ref,
+        broken?}], backlinks: [{ref, to}], aliases}`` (docs/truth.md)."""
+        return self.engine.links(path)
+
+    def remember(self, text: str, long_term: bool = False, supersedes: str | None = None) -> dict[str, Any]:
+        """Append a timestamped line to today's log (or MEMORY.md); the next search or sync indexes it.
+        ``supersedes`` (``path#L<n>``): the new fact replaces that line, which is marked with a link to it."""
+        indexed = self.engine.indexed_lines if supersedes is not None else None
+        return integration.remember(self.agent, text, long_term=long_term, supersedes=supersedes, indexed=indexed)
 
     def check_flush(
         self, session_key: str, total_tokens: int, context_window: int, *, writable: bool | None = None

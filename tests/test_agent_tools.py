@@ -63,9 +63,9 @@ def test_anthropic_format() -> None:
     assert tools[2]["input_schema"]["required"] == ["query"]
 
 
-def test_mcp_format_adds_the_read_only_status_tool() -> None:
+def test_mcp_format_adds_the_read_only_truth_and_status_tools() -> None:
     tools = tool_definitions("mcp")
-    assert [t["name"] for t in tools] == ["memory_search", "memory_get", "memory_pack", "memory_status"]
+    assert [t["name"] for t in tools] == ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
     for tool in tools:
         assert tool["annotations"]["readOnlyHint"] is True and tool["inputSchema"]["type"] == "object"
     assert tools[0]["outputSchema"] == SEARCH_OUTPUT and tools[1]["outputSchema"] == GET_OUTPUT
@@ -179,7 +179,8 @@ def test_path_errors_keep_the_get_shape(mem: Memory) -> None:
 
 def test_unknown_tool(mem: Memory) -> None:
     assert call_tool(mem, "memory_delete", {}) == {
-        "error": "unknown tool 'memory_delete'; mdmem provides memory_search, memory_get, memory_pack, memory_status"
+        "error": "unknown tool 'memory_delete'; mdmem provides memory_search, memory_get, memory_pack, "
+        "memory_truth, memory_status"
     }
 
 

@@ -69,7 +69,7 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
     drive(["-m", "mdmem.mcp.server", "--config", str(config)], isolated_env, body)
 
     tools = {t["name"]: t for t in seen["tools"]}
-    assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_status"]
+    assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
     for expected in tool_definitions("mcp"):
         assert tools[expected["name"]]["inputSchema"] == expected["inputSchema"]
         assert tools[expected["name"]]["description"] == expected["description"]
@@ -151,7 +151,7 @@ def test_through_the_command_line_and_without_loading_a_model(
         seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md", "from": 3})
 
     drive(["-m", "tests.agent_helpers", "mcp", "--config", str(cfg)], isolated_env, body)
-    assert seen["names"] == ["memory_search", "memory_get", "memory_pack", "memory_status"]
+    assert seen["names"] == ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
     assert structured(seen["get"])["text"] == "# Long-term memory\n\n- fact\n"
     search = structured(seen["search"])  # the model cannot be created: keyword results and a loud warning, no crash
     assert seen["search"].is_error is False and search["mode"] == "keyword" and search["provider"] == "none"

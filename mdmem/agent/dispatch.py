@@ -20,14 +20,22 @@ class ToolTarget(Protocol):
     """What the tools run on (a ``ToolTarget``): its search, get, pack and status."""
 
     def search(
-        self, query: str, max_results: int | None = ..., min_score: float | None = ..., *, session_kind: Any = ...
+        self,
+        query: str,
+        max_results: int | None = ...,
+        min_score: float | None = ...,
+        *,
+        session_kind: Any = ...,
+        neighbors: int = ...,
     ) -> dict[str, Any]: ...
 
     def get(self, path: str, from_line: int | None = ..., lines: int | None = ...) -> dict[str, Any]: ...
 
-    def pack(self, query: str, budget_tokens: int = ...) -> dict[str, Any]: ...
+    def pack(self, query: str, budget_tokens: int = ..., *, neighbors: int = ...) -> dict[str, Any]: ...
 
     def status(self) -> dict[str, Any]: ...
+
+    def truth(self, subject: str, max_facts: int = ...) -> dict[str, Any]: ...
 
 
 def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -39,6 +47,9 @@ def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = 
         return {"path": path if isinstance(path, str) else "", "text": "", "error": message}
     if name == "memory_pack":
         return {"items": [], "bundleText": "", "error": message}
+    if name == "memory_truth":
+        subject = (arguments or {}).get("subject")
+        return {"subject": subject if isinstance(subject, str) else "", "facts": [], "error": message}
     return {"error": message}
 
 
@@ -87,6 +98,14 @@ def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[st
 
 
 def _search(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    if args.get("neighbors"):
+        return memory.search(
+            args["query"],
+            max_results=args.get("maxResults"),
+            min_score=args.get("minScore"),
+            session_kind=kind,
+            neighbors=args["neighbors"],
+        )
     return memory.search(
         args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
     )
@@ -97,7 +116,14 @@ def _get(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[st
 
 
 def _pack(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
-    return memory.pack(args["query"], budget_tokens=args.get("budgetTokens", DEFAULT_PACK_BUDGET))
+    budget = args.get("budgetTokens", DEFAULT_PACK_BUDGET)
+    if args.get("neighbors"):
+        return memory.pack(args["query"], budget_tokens=budget, neighbors=args["neighbors"])
+    return memory.pack(args["query"], budget_tokens=budget)
+
+
+def _truth(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.truth(args["subject"], max_facts=args.get("maxFacts", 5))
 
 
 def _status(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
@@ -108,5 +134,6 @@ _RUNNERS: dict[str, Callable[[ToolTarget, dict[str, Any], SessionKind], dict[str
     "memory_search": _search,
     "memory_get": _get,
     "memory_pack": _pack,
+    "memory_truth": _truth,
     "memory_status": _status,
 }

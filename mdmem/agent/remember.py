@@ -25,6 +25,8 @@ from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from mdmem.agent import supersede
+from mdmem.agent.supersede import IndexedLines
 from mdmem.config.load import AgentConfig
 from mdmem.files import clock
 from mdmem.files.workspace import ROOT_FILES, Workspace
@@ -44,6 +46,8 @@ def remember(
     long_term: bool = False,
     at: datetime | None = None,
     timeout: float = LOCK_TIMEOUT_SECONDS,
+    supersedes: str | None = None,
+    indexed: IndexedLines | None = None,
 ) -> dict[str, Any]:
     """Append ``text`` as one timestamped list item and return ``{path, line, created, indexed}``.
 
@@ -51,6 +55,12 @@ def remember(
     ``long_term``: ``- [YYYY-MM-DD HH:MM] text`` in ``MEMORY.md`` (or an existing ``memory.md``).
     Further lines of a multi-line ``text`` are indented so the entry stays one list item.
     ``indexed`` is always False: the next search or sync indexes the line.
+
+    ``supersedes`` (``path#L<n>``): the new fact replaces that line. The new line ends with
+    `` (supersedes path#L<n>)`` and the old one gets `` (superseded YYYY-MM-DD → new path#L<m>)``, nothing else of
+    its file changing (mdmem.agent.supersede); the answer adds ``ref`` (the new line's ``path#L<m>``) and
+    ``supersedes`` (the old line's ``path#L<n>``, where it was marked). ``indexed`` gives the lines the index
+    holds for a file, to find an old line a hand edit moved.
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("nothing to remember: the text is empty. Fix: pass the note to store.")
@@ -68,11 +78,21 @@ def remember(
     else:
         rel = clock.daily_log(moment.date())
         stamp, heading = moment.strftime("%H:%M"), f"# {moment.date().isoformat()}"
-    line = f"- [{stamp}] " + "\n  ".join(part.rstrip() for part in text.strip().splitlines())
-    created = append_line(
+    parts = [part.rstrip() for part in text.strip().splitlines()]
+    target = supersede.locate(workspace, supersedes, indexed) if supersedes is not None else None
+    if target is not None:
+        parts[0] += f" (supersedes {target.ref})"
+    line = f"- [{stamp}] " + "\n  ".join(parts)
+    created, number = append_numbered(
         workspace.root, rel, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
     )
-    return {"path": rel, "line": line, "created": created, "indexed": False}
+    result: dict[str, Any] = {"path": rel, "line": line, "created": created, "indexed": False}
+    if target is not None:
+        marked = supersede.mark(
+            workspace, target, f"{rel}#L{number}", moment.date().isoformat(), lock=LOCK_NAME, timeout=timeout
+        )
+        result.update(ref=f"{rel}#L{number}", supersedes=marked.ref)
+    return result
 
 
 def append_line(
@@ -85,7 +105,21 @@ def append_line(
     max_file_bytes: int | None = None,
 ) -> bool:
     """Append ``line`` (plus a newline) to the file ``rel`` of the workspace ``root`` atomically; True when the
-    file was created.
+    file was created. See ``append_numbered``."""
+    return append_numbered(root, rel, line, heading=heading, timeout=timeout, max_file_bytes=max_file_bytes)[0]
+
+
+def append_numbered(
+    root: Path,
+    rel: str,
+    line: str,
+    *,
+    heading: str,
+    timeout: float = LOCK_TIMEOUT_SECONDS,
+    max_file_bytes: int | None = None,
+) -> tuple[bool, int]:
+    """Append ``line`` (plus a newline) to the file ``rel`` of the workspace ``root`` atomically: (True when
+    the file was created, the 1-based number of the line's first line in the file).
 
     A new or empty file gets ``heading`` and a blank line first; a file whose last line has no newline
     gets one before ``line``. Refuses (``WorkspaceError``, nothing written) a folder on the way that is a
@@ -109,15 +143,17 @@ def append_line(
         raise _unwritable(root / rel, exc) from None
 
 
-def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: int | None) -> bool:
+def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: int | None) -> tuple[bool, int]:
     existed = folder.lstat(name) is not None
     fd = folder.open(name, os.O_RDWR | os.O_APPEND | os.O_CREAT)  # never a symlink, a FIFO or a hard link
     try:
         size = os.fstat(fd).st_size
         if size == 0:
-            prefix = f"{heading}\n\n"
+            prefix, before = f"{heading}\n\n", 0
         else:
-            prefix = "" if os.pread(fd, 1, size - 1) == b"\n" else "\n"
+            held = os.pread(fd, size, 0)  # read whole (at most maxFileBytes) to number the new line
+            before = held.count(b"\n")
+            prefix = "" if held.endswith(b"\n") else "\n"
         data = (prefix + line + "\n").encode("utf-8")
         if max_file_bytes is not None and size + len(data) > max_file_bytes:
             if not existed:
@@ -133,7 +169,7 @@ def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: 
         os.close(fd)
     if not existed:
         folder.sync()
-    return not existed
+    return not existed, before + prefix.count("\n") + 1
 
 
 def _unwritable(path: Path, exc: OSError) -> WorkspaceError:

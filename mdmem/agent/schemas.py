@@ -28,7 +28,7 @@ __all__ = [
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
-ALL_TOOLS = (*AGENT_TOOLS, "memory_status")
+ALL_TOOLS = (*AGENT_TOOLS, "memory_truth", "memory_status")
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
@@ -60,7 +60,55 @@ STATUS_DESCRIPTION = (
     "files and chunks, last sync, files changed since, and warnings."
 )
 
+TRUTH_DESCRIPTION = (
+    "What is currently true about a person, project or thing in your memory, and what it replaced: the current "
+    "line, the earlier versions newest first (each with its date, the day it was superseded and its ref), and "
+    "the notes supporting each. Use it before answering 'where does X live now', 'what did X use before', "
+    "'when did X change'. Facts are superseded in the memory files, never deleted: a line marked "
+    "'(superseded ...)' or struck through is history, not current. Cite the ref of what you use."
+)
+
 STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+TRUTH_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "subject": {"type": "string", "minLength": 1, "description": "who or what, e.g. 'Priya' or 'the build server'"},
+        "maxFacts": {"type": "integer", "minimum": 1, "maximum": 50, "description": "default 5"},
+    },
+    "required": ["subject"],
+    "additionalProperties": False,
+}
+_VERSION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "ref": {"type": "string"},
+        "text": {"type": "string"},
+        "date": {"type": ["string", "null"]},
+        "supersededOn": {"type": ["string", "null"]},
+        "supportedBy": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["ref", "text", "date"],
+}
+TRUTH_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "subject": {"type": "string"},
+        "facts": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "current": {"anyOf": [_VERSION, {"type": "null"}]},
+                    "history": {"type": "array", "items": _VERSION},
+                },
+                "required": ["current", "history"],
+            },
+        },
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "error": {"type": "string"},
+    },
+    "required": ["facts"],
+}
 
 SEARCH_OUTPUT: dict[str, Any] = {
     "type": "object",
@@ -154,12 +202,14 @@ TOOLS: dict[str, dict[str, Any]] = {
     "memory_search": {"description": SEARCH_DESCRIPTION, "input": SEARCH_INPUT, "output": SEARCH_OUTPUT},
     "memory_get": {"description": GET_DESCRIPTION, "input": GET_INPUT, "output": GET_OUTPUT},
     "memory_pack": {"description": PACK_DESCRIPTION, "input": PACK_INPUT, "output": PACK_OUTPUT},
+    "memory_truth": {"description": TRUTH_DESCRIPTION, "input": TRUTH_INPUT, "output": TRUTH_OUTPUT},
     "memory_status": {"description": STATUS_DESCRIPTION, "input": STATUS_INPUT, "output": STATUS_OUTPUT},
 }
 _TITLES = {
     "memory_search": "Search memory",
     "memory_get": "Read memory",
     "memory_pack": "Pack memory context",
+    "memory_truth": "Current truth",
     "memory_status": "Memory status",
 }
 
@@ -171,7 +221,8 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
     - ``anthropic``: Messages API ``[{name, description, input_schema}]``;
     - ``mcp``: ``[{name, title, description, inputSchema, outputSchema, annotations}]``.
 
-    ``names`` defaults to memory_search, memory_get and memory_pack, plus memory_status for ``mcp``.
+    ``names`` defaults to memory_search, memory_get and memory_pack, plus memory_truth and memory_status for
+    ``mcp`` (any of them by name: ``names=("memory_search", "memory_truth")``).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(FORMATS)}")

@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--max-items", type=int, default=None, metavar="N", help="default: no cap")
     p.add_argument("--source", dest="sources", action="append", choices=PACK_KINDS, help="only these kinds")
     p.add_argument("--trace", action="store_true", help="add a receipt for every candidate (no memory text)")
+    p.add_argument("--neighbors", type=int, default=0, metavar="0|1", help="1: consider the notes matches link to/from")
     p.set_defaults(func=cmd_pack, check=check_pack)
 
     p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
@@ -86,6 +87,11 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p = sub.add_parser("remember", parents=[common], help="append a timestamped note to today's log")
     p.add_argument("text", nargs="+", metavar="TEXT")
     p.add_argument("--long-term", action="store_true", help="append to MEMORY.md instead")
+    p.add_argument(
+        "--supersedes",
+        metavar="REF",
+        help="the note replaces this line (path#L<n>), which gets marked with a link to it",
+    )
     p.set_defaults(func=cmd_remember)
 
 
@@ -100,11 +106,19 @@ def check_pack(args: argparse.Namespace) -> None:
     args.query, args.budget_tokens, args.max_items, _ = check_pack_arguments(
         args.query, args.budget_tokens, args.max_items, args.sources, names
     )
+    from mdmem.search.arguments import check_neighbors
+
+    check_neighbors(args.neighbors, "--neighbors")
 
 
 def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
     result = mem.pack(
-        args.query, budget_tokens=args.budget_tokens, max_items=args.max_items, sources=args.sources, trace=args.trace
+        args.query,
+        budget_tokens=args.budget_tokens,
+        max_items=args.max_items,
+        sources=args.sources,
+        trace=args.trace,
+        neighbors=args.neighbors,
     )
     return result, _format_pack
 
@@ -211,5 +225,10 @@ def cmd_context(args: argparse.Namespace, mem: Memory) -> Result:
 
 
 def cmd_remember(args: argparse.Namespace, mem: Memory) -> Result:
-    result = agent.remember(mem.agent, " ".join(args.text), long_term=args.long_term)
-    return result, lambda r: f"{r['path']}: {r['line']}"
+    result = mem.remember(" ".join(args.text), long_term=args.long_term, supersedes=args.supersedes)
+    return result, _remembered
+
+
+def _remembered(r: dict[str, Any]) -> str:
+    marked = f"\n{r['supersedes']}: marked superseded by {r['ref']}" if "supersedes" in r else ""
+    return f"{r['path']}: {r['line']}{marked}"

@@ -22,7 +22,8 @@ from mdmem.cli.parsers import EXIT_USAGE, OnlyOne, Parser, QuietParser, Refused
 from mdmem.cli.service_commands import register as register_service_commands
 from mdmem.cli.setup_commands import register as register_setup_commands
 from mdmem.cli.store_commands import register as register_store_commands
-from mdmem.search.arguments import check_search_arguments
+from mdmem.cli.truth_commands import register as register_truth_commands
+from mdmem.search.arguments import check_neighbors, check_search_arguments
 from mdmem.util.display import display_name, display_text
 from mdmem.util.errors import ConfigError, InvalidArgumentError, MdMemoryError
 
@@ -70,6 +71,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p.add_argument("--max-results", type=int, default=None, metavar="N")
     p.add_argument("--min-score", type=float, default=None, metavar="X")
     p.add_argument("--kind", choices=["main", "group"], default="main", help="session kind (citations auto)")
+    p.add_argument("--neighbors", type=int, default=0, metavar="0|1", help="1: add the notes results link to/from")
     p.set_defaults(func=cmd_search, check=check_search)
 
     p = sub.add_parser("get", parents=[common], help="read a memory file or some of its lines (memory_get)")
@@ -106,6 +108,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     register_agent_commands(sub, common)
     register_service_commands(sub, common, SocketCommands)
     register_store_commands(sub, common, parser_class)
+    register_truth_commands(sub, common)
     return parser
 
 
@@ -144,11 +147,18 @@ def check_search(args: argparse.Namespace) -> None:
     args.query, args.max_results, args.min_score = check_search_arguments(
         args.query, args.max_results, args.min_score, names
     )
+    check_neighbors(args.neighbors, "--neighbors")
 
 
 def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], Callable[[dict[str, Any]], str]]:
     mem.background = "worker"  # this process exits after answering: leftover indexing goes to a detached worker
-    result = mem.search(args.query, max_results=args.max_results, min_score=args.min_score, session_kind=args.kind)
+    result = mem.search(
+        args.query,
+        max_results=args.max_results,
+        min_score=args.min_score,
+        session_kind=args.kind,
+        neighbors=args.neighbors,
+    )
     return result, render.format_search
 
 

@@ -44,6 +44,8 @@ def format_search(r: dict[str, Any]) -> str:
     out = [head]
     for i, hit in enumerate(r["results"], start=1):
         low = "  (low confidence)" if hit.get("lowConfidence") else ""
+        low += f"  (via {display_name(hit['via'])})" if hit.get("via") else ""
+        low += "  (superseded)" if hit.get("superseded") else ""
         where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
         out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
@@ -137,6 +139,12 @@ def _optional(
     return line
 
 
+def _broken_link_lines(b: dict[str, Any]) -> list[str]:
+    more = f" (the first {len(b['shown'])} below)" if b["count"] > len(b["shown"]) else ""
+    shown = [f"{display_name(k['ref'])} → {display_name(k['to'])}: {k['reason']}" for k in b["shown"]]
+    return [f"{b['count']} broken (never followed; fix or remove them){more}", *shown]
+
+
 def _store_state_lines(state: dict[str, Any]) -> list[str]:
     head = state["state"] + (f": {state['message']}" if state.get("message") else "")
     if state.get("freeBytes") is not None:
@@ -190,6 +198,7 @@ _STATUS_LINES: list[tuple[tuple[str, ...], str, Callable[[dict[str, Any]], list[
     (("storeState",), "store state", _optional("storeState", _store_state_lines)),
     (("provider", "requestedProvider", "model", "dims", "mode"), "provider", _provider_line),
     (("files", "chunks", "vectors", "cacheEntries"), "indexed", _indexed_line),
+    (("brokenLinks",), "links", _optional("brokenLinks", lambda b: _broken_link_lines(b) if b["count"] else [])),
     (
         ("pendingEmbeddings",),
         "pending",

@@ -96,6 +96,7 @@ class QueryConfig:
     hybrid: HybridConfig = field(default_factory=HybridConfig)
     citations: CitationsMode = "auto"  # memory_search cites path#Lx-Ly: auto = in main sessions only
     embed_timeout_ms: int = 2000  # a search waits at most this long for embeddings, then answers from keywords
+    current_first: bool = True  # implicit supersession, newer first; packs bring and prefer the current line
 
 
 @dataclass(frozen=True)

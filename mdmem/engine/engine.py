@@ -21,7 +21,7 @@ from mdmem.files.memory_get import get_file
 from mdmem.files.transcripts import transcripts_folder
 from mdmem.files.workspace import Workspace
 from mdmem.providers import deadline
-from mdmem.search.arguments import check_search_arguments
+from mdmem.search.arguments import check_neighbors, check_search_arguments
 from mdmem.search.results import citations_on, search_response
 from mdmem.util.errors import EmbeddingsPending
 
@@ -117,10 +117,17 @@ class Engine:
 
     # -- answering -----------------------------------------------------------------------------------
     def search(
-        self, query: str, max_results: int | None = None, min_score: float | None = None, *, session_kind: str = "main"
+        self,
+        query: str,
+        max_results: int | None = None,
+        min_score: float | None = None,
+        *,
+        session_kind: str = "main",
+        neighbors: int = 0,
     ) -> dict[str, Any]:
         """``Memory.search`` (see there)."""
         query, max_results, min_score = check_search_arguments(query, max_results, min_score)
+        neighbors = check_neighbors(neighbors)
         if not self.settings.enabled:
             return {"results": [], "disabled": True, "error": self.disabled_reason()}
         q = self.settings.query
@@ -128,10 +135,58 @@ class Engine:
         threshold = q.min_score if min_score is None else min_score
         with self.keeper.store_faults():
             outcome, _, extra = self.search_outcome(query, limit, threshold)
+            if neighbors:
+                from mdmem.search.neighbors import with_neighbours
+
+                with self.keeper.store.reading():
+                    outcome = with_neighbours(self.keeper.store, outcome, limit)
             choice = self.providers.choice
             model = choice.provider.model if choice.provider else None
             cited = citations_on(q.citations, session_kind)
             return {**search_response(outcome, provider=choice.name, model=model, citations=cited), **extra}
+
+    def truth(self, subject: str, max_facts: int = 5) -> dict[str, Any]:
+        """``Memory.truth`` (see there)."""
+        from mdmem.engine.truth import TRUTH_CANDIDATES, truth_view
+        from mdmem.util.errors import ConfigError
+
+        if not isinstance(subject, str) or not subject.strip():
+            raise ConfigError("truth: the subject is empty. Fix: name who or what the fact is about, e.g. 'Priya'")
+        if not isinstance(max_facts, int) or isinstance(max_facts, bool) or not 1 <= max_facts <= 50:
+            raise ConfigError(f"truth: maxFacts must be an integer from 1 to 50, got {max_facts!r}")
+        if not self.settings.enabled:
+            return {"subject": subject, "facts": [], "disabled": True, "error": self.disabled_reason()}
+        with self.keeper.store_faults():
+            outcome, _, extra = self.search_outcome(subject.strip(), TRUTH_CANDIDATES, 0.0)
+            with self.keeper.store.reading():
+                return {**truth_view(self.keeper.store, subject.strip(), outcome, max_facts), **extra}
+
+    def links(self, path: str) -> dict[str, Any]:
+        """``Memory.links`` (see there)."""
+        from mdmem.search.linkview import file_links
+        from mdmem.util.errors import ConfigError
+
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError("links: the path is empty. Fix: pass a memory file's path, e.g. memory/people/priya.md")
+        rel = self.workspace.rel(self.workspace.resolve_for_read(path.strip()))
+        with self.keeper.store_faults():
+            self.catch_up()
+            with self.keeper.store.reading():
+                if rel not in self.keeper.store.files():
+                    raise ConfigError(f"links: {rel} is not indexed. Fix: check the path, or run `mdmem index`")
+                return file_links(self.keeper.store, rel)
+
+    def indexed_lines(self, path: str) -> list[str] | None:
+        """The lines of ``path`` as the index holds them; None when it is not indexed or the index cannot be
+        read (``remember --supersedes`` finds a line a hand edit moved by them, and goes on without)."""
+        from mdmem.store.lines import file_lines
+        from mdmem.util.errors import StoreError
+
+        try:
+            chunks = self.keeper.store.chunks_of(path)
+        except (StoreError, OSError):
+            return None
+        return file_lines(chunks) if chunks else None
 
     def search_outcome(
         self, query: str, limit: int, threshold: float
@@ -146,8 +201,10 @@ class Engine:
         max_items: int | None = None,
         sources: Sequence[str] | None = None,
         trace: bool = False,
+        neighbors: int = 0,
     ) -> dict[str, Any]:
         """``Memory.pack`` (see there)."""
+        neighbors = check_neighbors(neighbors)
         from mdmem.engine.packing import run_pack
         from mdmem.pack.arguments import check_pack_arguments
         from mdmem.pack.inputs import lines_reader
@@ -168,6 +225,7 @@ class Engine:
                 max_items=max_items,
                 sources=sources,
                 trace=trace,
+                neighbors=neighbors,
             )
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:

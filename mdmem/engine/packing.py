@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from mdmem.pack.arguments import check_pack_arguments
 from mdmem.pack.build import LinesOf, Window, build_pack, min_budget
+from mdmem.pack.currency import prefer_current
 from mdmem.pack.inputs import counter, window_similarities
 from mdmem.pack.items import kind_of
+from mdmem.search.neighbors import with_neighbours, with_replacements
+from mdmem.search.supersession import span_labels
 from mdmem.util.errors import InvalidArgumentError
 from mdmem.util.tokens import TokenCounter, estimate_tokens
 
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
 
     from mdmem.config.load import MemorySearchConfig
     from mdmem.providers.factory import ProviderChoice
-    from mdmem.search.hybrid import SearchOutcome
+    from mdmem.search.hybrid import Hit, SearchOutcome
     from mdmem.store.api import IndexStore
 
 # A search as the engine runs it: (query, limit, threshold) -> (outcome, query vector or None, notes)
@@ -52,6 +55,7 @@ def run_pack(
     max_items: int | None = None,
     sources: Sequence[str] | None = None,
     trace: bool = False,
+    neighbors: int = 0,
 ) -> dict[str, Any]:
     """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
     ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them. Over ``search``
@@ -69,7 +73,15 @@ def run_pack(
             f"{smallest} tokens; one cited line needs a few more"
         )
     outcome, vector, notes = search(query, candidate_count(q.max_results, budget_tokens), 0.0)
+    with store().reading():
+        if q.current_first:  # the current line wherever an older one was found
+            outcome = with_replacements(store(), outcome, query)
+        if neighbors:
+            outcome = with_neighbours(store(), outcome, q.max_results)
     hits = outcome.hits
+    if q.current_first:
+        spans = [(h.chunk.path, h.chunk.start_line, h.chunk.end_line, h.chunk.text) for h in hits]
+        hits = [hits[i] for i in prefer_current(spans, outcome.supersessions, query)]
     if sources is not None:
         hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
     chosen = choice()
@@ -110,5 +122,33 @@ def run_pack(
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
     body = pack.to_dict(trace)
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
+    if outcome.supersessions:
+        for item, made in zip(head["items"], pack.items, strict=True):
+            item.update(span_labels(made.path, made.start_line, made.end_line, made.text, outcome.supersessions))
+    if outcome.via:
+        _mark_via(head["items"], pack.items, hits, outcome.via, body.get("trace"))
     model = provider.model if provider is not None else None
     return {**head, "provider": chosen.name, "model": model, **body, **notes}
+
+
+def _mark_via(
+    shown: list[dict[str, Any]], items: Sequence[Any], hits: Sequence[Hit], via: dict[int, str], trace: Any
+) -> None:
+    """``via`` on the items (and trace receipts) that come from a neighbour (mdmem.search.neighbors)."""
+    for out, item in zip(shown, items, strict=True):
+        source = next(
+            (
+                h
+                for h in hits
+                if h.chunk.path == item.path and h.chunk.start_line <= item.start_line <= h.chunk.end_line
+            ),
+            None,
+        )
+        cid = source.chunk.id if source is not None else None
+        if cid is not None and cid in via:
+            out["via"] = via[cid]
+    for receipt in trace or []:
+        rank = receipt.get("rank")  # 1-based
+        cid = hits[rank - 1].chunk.id if isinstance(rank, int) and 1 <= rank <= len(hits) else None
+        if cid is not None and cid in via:
+            receipt["via"] = via[cid]

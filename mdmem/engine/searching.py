@@ -62,6 +62,7 @@ def search_outcome(
             today=clock.day(agent),
             low_confidence_results=q.low_confidence_results,
             sources=keeper.workspace.sources,
+            current_first=q.current_first,
         )
     notes.extend(outcome.notes)
     extra: dict[str, Any] = {}

@@ -22,6 +22,7 @@ from mdmem.files import roots
 from mdmem.index.indexer import Indexer, is_utf8, printable
 from mdmem.providers.base import EmbeddingProvider
 from mdmem.providers.factory import ProviderChoice
+from mdmem.search.linkview import broken_links
 from mdmem.store.api import IndexStore
 from mdmem.store.faults import free_bytes, store_errors, store_fault
 from mdmem.store.health import read_health
@@ -161,6 +162,7 @@ def _index_fields(
         "lastSyncSeconds": last["report"]["seconds"] if last else None,
         "staleFiles": indexer.stale_files(),
         "otherSources": _other_sources(store, keeper.workspace.sources),
+        "brokenLinks": broken_links(store),
     }
     return fields, matches, store.get_meta("lastError")
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from mdmem.config.load import MemorySearchConfig
 from mdmem.files import roots, transcripts
+from mdmem.files.links import parse_links
+from mdmem.files.supersession import parse_supersessions
 from mdmem.files.workspace import MemoryFile, Workspace
 from mdmem.index import entries as entryindex
 from mdmem.index.chunker import chunk_markdown
@@ -25,7 +27,7 @@ from mdmem.util.tokens import estimate_tokens
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
 
-SCHEMA_IDENTITY = 2
+SCHEMA_IDENTITY = 4  # 3: supersessions are indexed (mdmem.files.supersession); 4: links (files.links)
 CHUNKER_VERSION = 1
 Progress = Callable[[int, int, str], None]
 
@@ -321,7 +323,8 @@ class Indexer:
             for c in chunks
         ]
         vectors = self.embedder.known_vectors(rows, report) if self.embedder else None
-        ids = self.store.replace_file(file_row, rows, vectors)
+        derived = parse_supersessions(text, path), parse_links(text, path)
+        ids = self.store.replace_file(file_row, rows, vectors, *derived)
         if self.embedder is not None:
             self.embedder.remember(ids)
         report.indexed += 1

@@ -31,6 +31,13 @@ PACK_INPUT: dict[str, Any] = {
             "description": "Most tokens the bundle may take (default 1000). A budget below the cost of the "
             "bundle's header (about 26 tokens) is refused with the minimum.",
         },
+        "neighbors": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "1: also consider the notes the matches link to or are linked from, within the budget; "
+            "each such item is marked via: the match it came through. Default 0.",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,

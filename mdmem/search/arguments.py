@@ -31,6 +31,13 @@ SEARCH_INPUT: dict[str, Any] = {
             "Exact keyword matches are always kept; when nothing reaches it, the closest few come back marked "
             "lowConfidence.",
         },
+        "neighbors": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 1,
+            "description": "1: also return the notes a result links to or is linked from ([[wikilinks]], "
+            "relative Markdown links), each marked via: the result it came through. Default 0.",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,
@@ -56,3 +63,10 @@ def check_search_arguments(
     if problem is not None:
         raise InvalidArgumentError(problem)
     return args["query"], args.get("maxResults"), args.get("minScore")
+
+
+def check_neighbors(neighbors: object, name: str = "neighbors") -> int:
+    """``neighbors`` when it is 0 or 1 (hops of links followed); InvalidArgumentError naming ``name`` else."""
+    if isinstance(neighbors, bool) or not isinstance(neighbors, int) or neighbors not in (0, 1):
+        raise InvalidArgumentError(f"{name} must be 0 or 1 (links followed from each result), got {neighbors!r}")
+    return neighbors

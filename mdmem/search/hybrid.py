@@ -46,6 +46,8 @@ from datetime import date
 from typing import TYPE_CHECKING
 
 from mdmem.config.load import HybridConfig
+from mdmem.files.supersession import Supersession
+from mdmem.search.grouping import implicit_supersessions, newer_first, span_lines
 from mdmem.search.query import cjk_match, contains_all_terms, keyword_terms, query_terms
 from mdmem.search.scoring import (
     coverage_bm25,
@@ -89,6 +91,8 @@ class SearchOutcome:
     mode: str  # "hybrid", "vector" or "keyword"
     terms: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # why the answer may be weaker than it looks
+    supersessions: list[Supersession] = field(default_factory=list)  # those touching the hits' files
+    via: dict[int, str] = field(default_factory=dict)  # a neighbour's chunk id -> the hit it came through
 
 
 # -- the search entry point ----------------------------------------------------------------------------
@@ -104,11 +108,13 @@ def search(
     today: date | None = None,
     low_confidence_results: int = 3,
     sources: Collection[str] | None = None,
+    current_first: bool = True,
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
     decay counts ages from (default: the machine's local date). When no candidate reaches ``min_score``,
     up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none). With
-    ``sources``, chunks of other sources are left out (an index may hold rows another process searches)."""
+    ``sources``, chunks of other sources are left out (an index may hold rows another process searches).
+    ``current_first`` (``query.currentFirst``) adds the implicit supersessions (mdmem.search.grouping)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
@@ -188,7 +194,13 @@ def search(
         texts = {rid: h.chunk.text for rid, h in by_id.items()}
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
-    return SearchOutcome(hits[:max_results], mode, snippet_terms, notes)
+    hits = hits[:max_results]
+    supersessions = store.supersessions_touching(sorted({h.chunk.path for h in hits})) if hits else []
+    if hits and current_first:  # implicit supersessions among the hits' lines, then the newer of a group first
+        spans = [(h.chunk.path, h.chunk.start_line, h.chunk.end_line, h.chunk.text) for h in hits]
+        supersessions += implicit_supersessions([line for s in spans for line in span_lines(s)], supersessions)
+        hits = [hits[i] for i in newer_first(spans, supersessions)]
+    return SearchOutcome(hits, mode, snippet_terms, notes, supersessions)
 
 
 def _chunks(store: SearchStore, ids: list[int], sources: Collection[str] | None) -> dict[int, ChunkRow]:

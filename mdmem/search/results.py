@@ -27,11 +27,14 @@ def search_response(
     With ``citations`` each result also has ``citation`` (``path#Lx-Ly``) and its snippet ends with
     ``Source: path#Lx-Ly`` (the snippet stays within SNIPPET_CHARS, footer included). ``lowConfidence: true``
     marks a result returned only because no result reached minScore (the reason is in ``outcome.notes``,
-    which the caller reports as warnings). Secrets in snippets, paths and citations are ``[REDACTED:<kind>]``
-    (mdmem.util.redaction).
+    which the caller reports as warnings). A result with superseded lines, or lines that supersede others,
+    carries ``supersededBy`` / ``supersedes`` / ``superseded`` (mdmem.search.supersession); a neighbour
+    (mdmem.search.neighbors) carries ``via``, the citation of the hit it was reached from.
+    Secrets in snippets, paths and citations are ``[REDACTED:<kind>]`` (mdmem.util.redaction).
     """
     from mdmem.files.sessionview import inside_block, is_day_file, prompt_text
     from mdmem.search.snippets import SNIPPET_CHARS, make_snippet
+    from mdmem.search.supersession import labels
     from mdmem.util.redaction import redact, redact_path
 
     results = []
@@ -56,6 +59,10 @@ def search_response(
             result["citation"] = ref
         if h.low_confidence:
             result["lowConfidence"] = True
+        if outcome.supersessions:
+            result.update(labels(c, outcome.supersessions))
+        if c.id in outcome.via:
+            result["via"] = outcome.via[c.id]
         results.append(result)
     return {"results": results, "provider": provider, "model": model, "mode": outcome.mode}
 

@@ -15,7 +15,9 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from mdmem.files.links import Link
 from mdmem.files.pending import PendingEntry, Tombstone
+from mdmem.files.supersession import Supersession
 
 if TYPE_CHECKING:
     import numpy as np
@@ -104,6 +106,17 @@ class SearchStore(Protocol):
 
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]: ...
 
+    def supersessions_touching(self, paths: Sequence[str]) -> list[Supersession]:
+        """The supersessions (mdmem.files.supersession) whose old or new line is in one of ``paths``."""
+        ...
+
+    def find_links(
+        self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
+    ) -> list[Link]:
+        """The links and aliases (mdmemory.files.links) held by one of ``paths``, or to one of ``targets``, or
+        naming one of ``names`` (every one when ``paths`` is None and nothing else is asked), by file and line."""
+        ...
+
 
 class IndexStore(SearchStore, Protocol):
     """What the indexer, ``Memory``, status, the pack and the copy between stores use: one agent's index on
@@ -186,7 +199,12 @@ class IndexStore(SearchStore, Protocol):
     def touch_file(self, path: str, mtime: float, size: int) -> None: ...
 
     def replace_file(
-        self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors | None] | None
+        self,
+        file: FileRow,
+        chunks: Sequence[ChunkRow],
+        vectors: Sequence[ChunkVectors | None] | None,
+        supersessions: Sequence[Supersession] = (),
+        links: Sequence[Link] = (),
     ) -> list[int]: ...
 
     def delete_file(self, path: str) -> None: ...

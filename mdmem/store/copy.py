@@ -4,12 +4,17 @@ The copy is written as a rebuild of the target (``IndexStore.begin_rebuild``): b
 then switched in at once, so the target's readers see its old index until the copy is complete, and a
 copy that fails or is killed leaves the target as it was. Every file's chunks are copied with their
 vectors (whole chunk and windows); a chunk still waiting for its vectors stays pending; the embedding
-cache and the index's identity (provider, model, chunking) come along, so the copy is used as is.
+cache and the index's identity (provider, model, chunking) come along, so the copy is used as is. The
+supersessions and links are derived again from the copied lines (mdmem.files).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from mdmem.files.links import parse_links
+from mdmem.files.supersession import parse_supersessions
+from mdmem.store.lines import file_text
 
 if TYPE_CHECKING:
     from mdmem.store.api import IndexStore
@@ -34,7 +39,8 @@ def copy_index(source: IndexStore, target: IndexStore, *, wait: float = 60.0) ->
                 chunks = source.chunks_of(path)
                 stored = source.chunk_vectors([c.id for c in chunks if c.id is not None]) if has_vectors else {}
                 vectors = [stored.get(c.id) if c.id is not None else None for c in chunks] if has_vectors else None
-                built.replace_file(row, chunks, vectors)
+                text = file_text(chunks)
+                built.replace_file(row, chunks, vectors, parse_supersessions(text, path), parse_links(text, path))
                 counts["files"] += 1
                 counts["chunks"] += len(chunks)
                 counts["vectors"] += sum(len(v[0]) for v in stored.values())

@@ -17,16 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import sqlean
 
+from mdmem.files.links import Link
+from mdmem.files.supersession import Supersession
 from mdmem.store.cache import EmbeddingCache
 from mdmem.store.connection import connect
 from mdmem.store.faults import fault_message, store_fault, unwritable_reason
 from mdmem.store.fts import FtsSearch
 from mdmem.store.knn import VectorReads
 from mdmem.store.lifecycle import SqliteLifecycle
+from mdmem.store.links import SqliteLinks
 from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow
 from mdmem.store.schema import check_ours, check_readable_schema, migrate
 from mdmem.store.sql import rows_in
 from mdmem.store.sqlite_db import SqliteDb
+from mdmem.store.supersessions import SqliteSupersessions
 from mdmem.store.vecwrite import VectorWrites
 from mdmem.util.errors import StoreError
 
@@ -64,6 +68,8 @@ class Store:
         self.vector_writes = VectorWrites(self.db)
         self.vectors = VectorReads(self.db, self.vector_writes, self.chunk_count)
         self.cache = EmbeddingCache(self.db)
+        self.supersessions = SqliteSupersessions(self.db)
+        self.links = SqliteLinks(self.db)
         self.lifecycle = SqliteLifecycle(self.path, Store, self.reopen)
         self.db.conn = self._open()
 
@@ -179,19 +185,26 @@ class Store:
         self.conn.execute("UPDATE files SET mtime = ?, size = ? WHERE path = ?", (mtime, size, path))
 
     def replace_file(
-        self, file: FileRow, chunks: Sequence[ChunkRow], vectors: Sequence[ChunkVectors | None] | None
+        self,
+        file: FileRow,
+        chunks: Sequence[ChunkRow],
+        vectors: Sequence[ChunkVectors | None] | None,
+        supersessions: Sequence[Supersession] = (),
+        links: Sequence[Link] = (),
     ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` and their vectors in one transaction.
 
         ``vectors[i]`` holds chunk i's vectors: one per embedded window, each with the hash of its input.
         ``vectors[i] is None`` writes the chunk without vectors and marks it pending (keyword search finds
         it at once; ``add_vectors`` fills it in later). ``vectors`` None means an index without vectors.
-        Returns the new chunk ids, in order.
+        ``supersessions`` and ``links``: those the file holds (mdmem.files). Returns the new chunk ids.
         """
         if vectors is not None and len(vectors) != len(chunks):
             raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
         with self.db.tx():
             self._delete_rows(file.path)
+            self.supersessions.write(file.path, supersessions)
+            self.links.add(file.path, links)
             ids: list[int] = []
             for c in chunks:
                 cur = self.conn.execute(
@@ -237,6 +250,8 @@ class Store:
             "DELETE FROM pending_embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE path = ?)", (path,)
         )
         self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
+        self.conn.execute("DELETE FROM supersessions WHERE path = ?", (path,))
+        self.links.delete(path)
 
     def chunk_count(self) -> int:
         return int(self.db.memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
@@ -266,6 +281,14 @@ class Store:
         found = " OR ".join("instr(text, ?) > 0" for _ in needles)
         sql = f"SELECT DISTINCT path FROM chunks WHERE source = ? AND ({found}) ORDER BY path"
         return [r[0] for r in self.conn.execute(sql, (source, *needles)).fetchall()]
+
+    def supersessions_touching(self, paths: Sequence[str]) -> list[Supersession]:
+        return self.supersessions.touching(paths)
+
+    def find_links(
+        self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
+    ) -> list[Link]:
+        return self.links.find(paths, targets, names)
 
     def entry_log(self) -> None:
         """SQLite keeps no entries: a replica without an agent's files needs the shared PostgreSQL store."""

@@ -142,10 +142,35 @@ def _m3_pending_embeddings(conn: sqlean.Connection) -> None:
     )
 
 
+def _m4_supersessions(conn: sqlean.Connection) -> None:
+    """Which lines supersede which (mdmem.files.supersession), derived from the files like the chunks. An
+    index of an older version has none: the index identity changed with it, so the next sync rebuilds it."""
+    conn.execute(
+        "CREATE TABLE supersessions (path TEXT NOT NULL, line INTEGER NOT NULL, old_path TEXT NOT NULL, "
+        "old_line INTEGER NOT NULL, new_path TEXT NOT NULL, new_line INTEGER NOT NULL, date TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX supersessions_path ON supersessions(path)")
+    conn.execute("CREATE INDEX supersessions_old ON supersessions(old_path)")
+    conn.execute("CREATE INDEX supersessions_new ON supersessions(new_path)")
+
+
+def _m5_links(conn: sqlean.Connection) -> None:
+    """Links between memory files and front-matter aliases (mdmemory.files.links), derived like the chunks."""
+    conn.execute(
+        "CREATE TABLE links (path TEXT NOT NULL, line INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, "
+        "heading TEXT NOT NULL, kind TEXT NOT NULL)"
+    )
+    conn.execute("CREATE INDEX links_path ON links(path)")
+    conn.execute("CREATE INDEX links_target ON links(target)")
+    conn.execute("CREATE INDEX links_name ON links(name)")
+
+
 MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [
     _m1_initial,
     _m2_stemming_and_windows,
     _m3_pending_embeddings,
+    _m4_supersessions,
+    _m5_links,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -183,6 +183,16 @@ class PgGenerations:
         s, a = self.view.schema, self.view.agent_id
         cur.execute(f"SELECT DISTINCT dims FROM {s}.vectors WHERE agent_id = %s AND gen = %s", (a, gen))
         dims = [int(r[0]) for r in cur.fetchall()]
-        for table in ("vectors", "postings", "grams", "chunks", "files", "meta", "token_totals", "generations"):
+        for table in (
+            "vectors",
+            "postings",
+            "grams",
+            "chunks",
+            "supersessions",
+            "files",
+            "meta",
+            "token_totals",
+            "generations",
+        ):
             cur.execute(f"DELETE FROM {s}.{table} WHERE agent_id = %s AND gen = %s", (a, gen))
         vector_sql.drop_indexes(cur, s, a, gen, dims)

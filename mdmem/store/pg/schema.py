@@ -22,7 +22,7 @@ from typing import Any
 from mdmem.config.store import schema_problem
 from mdmem.util.errors import StoreError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 9
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -169,6 +169,32 @@ def _m7_pods(cur: Any, s: str) -> None:
     )
 
 
+def _m8_supersessions(cur: Any, s: str) -> None:
+    """Which lines supersede which (mdmem.files.supersession), per generation like the chunks. A generation
+    indexed before this has none: the index identity changed with it, so the next sync rebuilds it."""
+    cur.execute(
+        f"""CREATE TABLE {s}.supersessions (
+            agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL, line integer NOT NULL,
+            old_path text NOT NULL, old_line integer NOT NULL, new_path text NOT NULL, new_line integer NOT NULL,
+            date text NOT NULL)"""
+    )
+    cur.execute(f"CREATE INDEX supersessions_path ON {s}.supersessions (agent_id, gen, path)")
+    cur.execute(f"CREATE INDEX supersessions_old ON {s}.supersessions (agent_id, gen, old_path)")
+    cur.execute(f"CREATE INDEX supersessions_new ON {s}.supersessions (agent_id, gen, new_path)")
+
+
+def _m9_links(cur: Any, s: str) -> None:
+    """Links between memory files and front-matter aliases (mdmemory.files.links), per generation."""
+    cur.execute(
+        f"""CREATE TABLE {s}.links (
+            agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL, line integer NOT NULL,
+            target text NOT NULL, name text NOT NULL, heading text NOT NULL, kind text NOT NULL)"""
+    )
+    cur.execute(f"CREATE INDEX links_path ON {s}.links (agent_id, gen, path)")
+    cur.execute(f"CREATE INDEX links_target ON {s}.links (agent_id, gen, target)")
+    cur.execute(f"CREATE INDEX links_name ON {s}.links (agent_id, gen, name)")
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
@@ -177,6 +203,8 @@ MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     5: _m5_postings_carry_lengths,
     6: _m6_workspaces,
     7: _m7_pods,
+    8: _m8_supersessions,
+    9: _m9_links,
 }
 
 

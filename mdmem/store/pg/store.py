@@ -22,7 +22,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mdmem.config.store import HnswConfig
+from mdmem.files.links import Link
+from mdmem.files.supersession import Supersession
 from mdmem.store.pg import claims, keyword, rows
+from mdmem.store.pg import links as link_sql
+from mdmem.store.pg import supersessions as supersession_sql
 from mdmem.store.pg import vectors as vector_sql
 from mdmem.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmem.store.pg.entries import PgEntryLog
@@ -75,6 +79,8 @@ class PgStore:
         self.indexing = PgIndexing(self.view)
         self.searching = PgSearching(self.view)
         self.generations = PgGenerations(self.view, self.claims, self.indexing.vec_dims)
+        self.supersessions = supersession_sql.PgSupersessions(self.view)
+        self.links = link_sql.PgLinks(self.view)
         with self.session() as conn:
             ensure_migrated(conn, url, schema)
             self.view.gen = self.generations.live_generation() if generation is None else generation
@@ -227,6 +233,8 @@ class PgStore:
         file: FileRow,
         chunks: Sequence[ChunkRow],
         vectors: Sequence[ChunkVectors | None] | None,
+        supersessions: Sequence[Supersession] = (),
+        links: Sequence[Link] = (),
         gen: int | None = None,
     ) -> list[int]:
         """Replace every row of ``file.path`` with ``chunks`` (and their vectors: see the SQLite store's
@@ -238,6 +246,8 @@ class PgStore:
             self._delete_rows(cur, file.path, g)
             pending = [vectors is not None and vectors[i] is None for i in range(len(chunks))]
             ids = rows.insert_chunks(cur, s, a, g, file, chunks, pending)
+            supersession_sql.add(cur, s, a, g, file.path, supersessions)
+            link_sql.add(cur, s, a, g, file.path, links)
             if vectors is not None:
                 stored = [
                     (cid, digest, row)
@@ -274,6 +284,8 @@ class PgStore:
             (self.view.agent_id, gen, path),
         )
         keyword.remove_chunks(cur, self.view.schema, self.view.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
+        supersession_sql.delete(cur, self.view.schema, self.view.agent_id, gen, path)
+        link_sql.delete(cur, self.view.schema, self.view.agent_id, gen, path)
 
     # -- generations (mdmem.store.pg.generations) ----------------------------------------------
     def begin_rebuild(self) -> PgStore:
@@ -309,6 +321,14 @@ class PgStore:
 
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
         return self.indexing.chunks_by_ids(ids)
+
+    def supersessions_touching(self, paths: Sequence[str]) -> list[Supersession]:
+        return self.supersessions.touching(paths)
+
+    def find_links(
+        self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
+    ) -> list[Link]:
+        return self.links.find(paths, targets, names)
 
     def chunks_of(self, path: str) -> list[ChunkRow]:
         return self.indexing.chunks_of(path)

@@ -1,0 +1,165 @@
+"""Implicit supersession, conservative: two dated lines that say the same thing about the same subject with a
+different value (``Priya moved to Berlin`` in March, ``Priya moved to Lisbon`` in October) form a group; the
+newer supersedes the older. Pure: lines in, supersessions out (mdmem.search.hybrid applies them to a search).
+
+Two lines group when, after the list bullet, the stamp and a few words that say nothing of the value
+(``now``, ``currently``, ``still``...) are set aside and the rest is split into words:
+
+- they start with the same words (the subject and what is said of it: ``priya moved to``), at least
+  ``MIN_SHARED`` of them and at least half of the longer line, the last of them a word that introduces a value
+  (``is``, ``to``, ``in``, ``uses``, ``moved``..., or a ``key: value`` line); ``restic backup report 3`` and
+  ``restic backup report 7`` are numbered events, not a changed value;
+- what follows differs (the value), and is short on both sides (at most ``MAX_VALUE`` words);
+- both are dated (a daily log, or a ``[YYYY-MM-DD HH:MM]`` stamp) at different moments; neither is a question.
+
+So the subject has to be the same words at the same place: ``Priya moved to Berlin`` and ``Bob moved to
+Berlin`` differ in their first word, ``Project Atlas ships in May`` and ``Project Orion ships in May`` in
+their second, and are never grouped. Recency decides only within a group, never across the index.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from mdmem.files.supersession import Supersession, parse_supersessions
+from mdmem.search.query import fold
+from mdmem.search.truth import line_date
+
+__all__ = ["MAX_VALUE", "MIN_SHARED", "implicit_supersessions"]
+
+MIN_SHARED = 2
+MAX_VALUE = 5
+_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
+_WORDS = re.compile(r"\w+(?:[-.:/]\w+)*")
+# What ends the shared part of two lines that state a value: a copula, a preposition, a verb of state or of
+# change. "Restic backup report 3" / "... report 7" end their shared part on a noun: numbered events, not a value.
+_CONNECTORS = frozenset(
+    """is are was were be been am s to into from in at on of for with by as than via uses use using used prefers
+    prefer preferred likes like liked loves love loved lives live lived living works work worked working moved
+    moves move relocated switched switch changed change became become becomes called named renamed costs cost
+    pays paid earns weighs equals drives drove owns has have had runs ran set based located upgraded downgraded
+    migrated transferred promoted joined left chose picked wants wanted needs goes went stays stayed""".split()
+)
+_FILLER = frozenset(
+    "now nowadays currently still again actually officially finally recently just also today yesterday anymore "
+    "meanwhile then lately".split()
+)
+Line = tuple[str, int, str]  # path, line number, text
+
+
+def _words(text: str) -> list[str]:
+    rest = text[_LEAD.match(text).end() :]  # type: ignore[union-attr]
+    return [w for w in _WORDS.findall(fold(rest)) if w not in _FILLER]
+
+
+def _groups(a: list[str], b: list[str], colon: bool) -> bool:
+    shared = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    tail_a, tail_b = a[shared:], b[shared:]
+    return (
+        shared >= MIN_SHARED
+        and (a[shared - 1] in _CONNECTORS or colon)
+        and 2 * shared >= max(len(a), len(b))
+        and bool(tail_a)
+        and bool(tail_b)
+        and tail_a != tail_b
+        and len(tail_a) <= MAX_VALUE
+        and len(tail_b) <= MAX_VALUE
+    )
+
+
+def _marked(text: str, path: str) -> bool:
+    if "~~" in text:
+        return True
+    low = text.lower()
+    return (
+        "(" in text
+        and ("supersed" in low or "replace" in low or "outdated" in low)
+        and bool(parse_supersessions(text, path))
+    )
+
+
+def _colon_after(text: str, words: list[str]) -> bool:
+    """``Wifi password: hunter2``: the line names its key, then a colon or an equals sign, then the value."""
+    rest = fold(text[_LEAD.match(text).end() :])  # type: ignore[union-attr]
+    cut = max(rest.find(":"), rest.find("="))
+    return cut > 0 and all(w in rest[:cut] for w in words)
+
+
+def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersession] = ()) -> list[Supersession]:
+    """The implicit supersessions among ``lines`` (each line superseded by the next newer line of its group),
+    leaving out lines an ``explicit`` supersession (or their own marks) already speaks of. Each has ``path`` ""
+    and ``line`` 0: no line of any file declares it."""
+    spoken = {(s.old_path, s.old_line) for s in explicit} | {(s.new_path, s.new_line) for s in explicit}
+    candidates: dict[tuple[str, str], list[Line]] = {}
+    for line in lines:  # cheap first: bucket by the first two words; most buckets hold one line
+        head = _words(line[2][:120])
+        if len(head) >= MIN_SHARED:
+            candidates.setdefault((head[0], head[1]), []).append(line)
+    facts: dict[tuple[str, str], list[tuple[str, Line, list[str]]]] = {}
+    for key, found in candidates.items():
+        if len(found) < 2:
+            continue
+        for path, n, text in found:
+            words = _words(text)
+            stripped = text.strip()
+            if (path, n) in spoken or stripped.startswith("#") or stripped.endswith("?") or _marked(text, path):
+                continue  # a heading, a question, or marked by hand: the explicit convention speaks
+            when = line_date(path, text)
+            if when:
+                facts.setdefault(key, []).append((when, (path, n, text), words))
+    out: list[Supersession] = []
+    for bucket in facts.values():
+        if len(bucket) < 2:
+            continue
+        bucket.sort(key=lambda f: f[0], reverse=True)  # newest first
+        superseded: set[int] = set()
+        for i, (when, new, words) in enumerate(bucket):  # each line supersedes the nearest older one of its group
+            for j in range(i + 1, len(bucket)):
+                old_when, old, old_words = bucket[j]
+                colon = _colon_after(new[2], words[:2]) and _colon_after(old[2], old_words[:2])
+                if j not in superseded and old_when < when and _groups(words, old_words, colon):
+                    superseded.add(j)
+                    out.append(Supersession("", 0, old[0], old[1], new[0], new[1], when[:10]))
+                    break
+    return out
+
+
+Span = tuple[str, int, int, str]  # path, start line, end line, text: a result's chunk
+
+
+def span_lines(span: Span) -> list[Line]:
+    """The lines of a result's chunk (none for a slice of one long line)."""
+    path, start, end, text = span
+    parts = text.split("\n")
+    return (
+        list(zip([path] * len(parts), range(start, end + 1), parts, strict=True))
+        if len(parts) == end - start + 1
+        else []
+    )
+
+
+def newer_first(spans: Sequence[Span], supersessions: Sequence[Supersession]) -> list[int]:
+    """The order of ``spans`` (indices) in which a result all of whose facts are superseded comes right after the
+    result holding what superseded them, when that result ranked lower; every other result keeps its place."""
+    order = list(range(len(spans)))
+    where: dict[tuple[str, int], int] = {}
+    for i, (path, start, end, _) in enumerate(spans):
+        for n in range(start, end + 1):
+            where.setdefault((path, n), i)
+    for i, span in enumerate(spans):
+        facts = [(p, n) for p, n, t in span_lines(span) if t.strip() and not t.lstrip().startswith("#")]
+        news = {where.get((s.new_path, s.new_line)) for s in supersessions if (s.old_path, s.old_line) in facts}
+        old = {(s.old_path, s.old_line) for s in supersessions}
+        if not facts or not all(f in old for f in facts):
+            continue
+        later = [j for j in news if j is not None and order.index(j) > order.index(i)]
+        if later:
+            j = max(later, key=order.index)
+            order.remove(i)
+            order.insert(order.index(j) + 1, i)
+    return order

@@ -1,0 +1,186 @@
+"""1-hop neighbours: the chunks a hit links to, and the chunks that link to it (mdmem.files.links), brought
+along with a search or a pack even when the search did not find them.
+
+For each hit, best first: every link held by one of its lines gives the chunk of the target that holds the
+linked heading (its first chunk for a link to the whole file); every link into the hit's file (by path, by the
+file's name or one of its aliases) from a line outside the hit gives the chunk holding that line (a link to a
+heading counts only for the hit holding that heading). A neighbour is
+scored ``NEIGHBOR_SHARE`` of the hit it came through and marked ``via`` that hit; a chunk already among the
+hits or reached before is not added twice. Broken and refused links lead nowhere.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from mdmem.files.links import Link, Resolver, fold_name, heading_slug
+from mdmem.files.supersession import Supersession
+from mdmem.search.hybrid import Hit, SearchOutcome
+from mdmem.search.query import keyword_terms, query_terms
+from mdmem.search.results import cite
+from mdmem.search.truth import mentions
+from mdmem.store import ChunkRow, FileRow
+from mdmem.store.lines import file_lines
+
+__all__ = [
+    "NEIGHBOR_SHARE",
+    "LinkReader",
+    "Neighbour",
+    "heading_line_of",
+    "neighbours",
+    "with_neighbours",
+    "with_replacements",
+]
+
+NEIGHBOR_SHARE = 0.9
+
+
+class LinkReader(Protocol):
+    def files(self) -> dict[str, FileRow]: ...
+
+    def chunks_of(self, path: str) -> list[ChunkRow]: ...
+
+    def find_links(
+        self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
+    ) -> list[Link]: ...
+
+    def supersessions_touching(self, paths: Sequence[str]) -> list[Supersession]: ...
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    hit: Hit  # the neighbour's chunk, scored
+    via: Hit  # the hit it was reached from
+    direction: str  # "link" (the hit links to it) or "backlink" (it links to the hit)
+
+
+def neighbours(store: LinkReader, hits: Sequence[Hit], limit: int) -> list[Neighbour]:
+    """At most ``limit`` neighbours of ``hits`` (see the module docstring), in the order of the hits."""
+    if not hits or limit < 1:
+        return []
+    paths = sorted({h.chunk.path for h in hits})
+    held = store.find_links(paths)
+    names = {fold_name(posixpath.basename(p)) for p in paths} | {k.name for k in held if k.name}
+    into = store.find_links(None, paths, sorted(names)) if names or paths else []
+    resolver = Resolver(store.files(), [k for k in (*held, *into) if k.kind == "alias"])
+    chunks: dict[str, list[ChunkRow]] = {}
+
+    def chunks_of(path: str) -> list[ChunkRow]:
+        if path not in chunks:
+            chunks[path] = store.chunks_of(path)
+        return chunks[path]
+
+    seen = {(h.chunk.path, h.chunk.start_line, h.chunk.end_line) for h in hits}
+    out: list[Neighbour] = []
+    for hit in hits:
+        c = hit.chunk
+        found: list[tuple[ChunkRow, str]] = []
+        for link in held:
+            if link.path == c.path and link.kind == "link" and c.start_line <= link.line <= c.end_line:
+                target = resolver.target(link)
+                if target is not None:
+                    chunk = _chunk_at(chunks_of(target), heading_line_of(chunks_of(target), link.heading) or 1)
+                    if chunk is not None:
+                        found.append((chunk, "link"))
+        my_names = resolver.names_of(c.path)
+        headings = _headings_within(c)
+        for link in into:
+            if link.kind != "link" or link.path == c.path and c.start_line <= link.line <= c.end_line:
+                continue
+            if resolver.target(link) != c.path and not (not link.target and link.name in my_names):
+                continue
+            if link.heading and link.heading not in headings:
+                continue
+            chunk = _chunk_at(chunks_of(link.path), link.line)
+            if chunk is not None:
+                found.append((chunk, "backlink"))
+        for chunk, direction in found:
+            key = (chunk.path, chunk.start_line, chunk.end_line)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Neighbour(Hit(chunk, hit.score * NEIGHBOR_SHARE), hit, direction))
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def heading_line_of(chunks: list[ChunkRow], slug: str) -> int:
+    """The line of the heading ``slug`` names in the file of ``chunks`` (1 for no heading; 0 when it has none)."""
+    if not slug:
+        return 1
+    for n, line in enumerate(file_lines(chunks), start=1):
+        if line.lstrip().startswith("#") and heading_slug(line.lstrip().lstrip("#")) == slug:
+            return n
+    return 0
+
+
+def _chunk_at(chunks: list[ChunkRow], line: int) -> ChunkRow | None:
+    """The chunk that starts closest before ``line`` and holds it (the heading's own section when it has one)."""
+    holding = [c for c in chunks if c.start_line <= line <= c.end_line]
+    return max(holding, key=lambda c: c.start_line) if holding else (chunks[0] if chunks else None)
+
+
+def _headings_within(chunk: ChunkRow) -> set[str]:
+    return {heading_slug(t.lstrip().lstrip("#")) for t in chunk.text.split("\n") if t.lstrip().startswith("#")}
+
+
+def with_neighbours(store: LinkReader, outcome: SearchOutcome, limit: int) -> SearchOutcome:
+    """``outcome`` with the hits' neighbours after its hits, each marked ``via`` (``outcome.via``), and the
+    supersessions touching their files too."""
+    found = neighbours(store, outcome.hits, limit)
+    if not found:
+        return outcome
+    via = {n.hit.chunk.id: cite(n.via.chunk.path, n.via.chunk.start_line, n.via.chunk.end_line) for n in found}
+    hits = [*outcome.hits, *(n.hit for n in found)]
+    more = sorted({n.hit.chunk.path for n in found} - {h.chunk.path for h in outcome.hits})
+    sups = [*outcome.supersessions, *(store.supersessions_touching(more) if more else [])]
+    return replace(outcome, hits=hits, via={k: v for k, v in via.items() if k is not None}, supersessions=sups)
+
+
+def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hops: int = 3) -> SearchOutcome:
+    """``outcome`` with, right before each hit holding a superseded line that answers ``query`` (holds at least
+    half of its words), the chunk holding the line that superseded it when no hit holds that line (following a
+    chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there: a pack then finds
+    the current line first wherever the search found an older one (mdmem.engine.packing). Other lines of the
+    hit (other subjects' facts in the same daily log) bring nothing."""
+    wanted = len(keyword_terms(query_terms(query)))
+    sups = list(outcome.supersessions)
+    holder: dict[tuple[str, int], Hit] = {}
+    for h in outcome.hits:
+        for n in range(h.chunk.start_line, h.chunk.end_line + 1):
+            holder.setdefault((h.chunk.path, n), h)
+    newer = {(s.old_path, s.old_line): (s.new_path, s.new_line) for s in sups if s.new_path}
+    hits: list[Hit] = []
+    added = False
+    for hit in outcome.hits:
+        c = hit.chunk
+        parts = c.text.split("\n")
+        for n in range(c.start_line, c.end_line + 1):
+            key, steps = (c.path, n), 0
+            if key not in newer or len(parts) != c.end_line - c.start_line + 1:
+                continue
+            if 2 * mentions(query, parts[n - c.start_line]) < max(1, wanted):
+                continue
+            while key in newer and steps < hops:
+                key, steps = newer[key], steps + 1
+                if key in holder:  # a hit already: it moves up, before the older line's hit
+                    hits.append(holder[key])
+                    added = True
+                    continue
+                chunk = _chunk_at(store.chunks_of(key[0]), key[1])
+                if chunk is None or not chunk.start_line <= key[1] <= chunk.end_line:
+                    break
+                new_hit = Hit(chunk, hit.score, hit.vector_score, hit.text_score)
+                holder.update(((chunk.path, m), new_hit) for m in range(chunk.start_line, chunk.end_line + 1))
+                hits.append(new_hit)
+                more = store.supersessions_touching([chunk.path])
+                sups += more
+                newer.update({(s.old_path, s.old_line): (s.new_path, s.new_line) for s in more if s.new_path})
+                added = True
+        hits.append(hit)
+    hits = list({id(h): h for h in hits}.values())  # a hit moved up is not repeated where it was
+    return replace(outcome, hits=hits, supersessions=list(dict.fromkeys(sups))) if added else outcome
