@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -46,8 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mdmem.memory import Memory  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent.parent / "shared" / "bench" / "locomo" / "locomo-dev.json"
-MODEL = REPO.parent.parent / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
+SHARED = Path(os.environ.get("MDMEMORY_TEST_SHARED") or REPO.parent / "shared")  # ../shared; a worktree sets it
+DATA = SHARED / "bench" / "locomo" / "locomo-dev.json"
+MODEL = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 START = date(2025, 1, 1)
 FIRST = (
     "Amara Bashir Chen Dmitri Elena Farah Gustavo Hana Ivo Jonas Keiko Lars Mateo Nadia Oskar Priya Quentin "
