@@ -287,10 +287,12 @@ def test_results_carry_the_labels_and_index_force_rebuilds_them(
     assert got[new_ref.split("#")[0]] == {"supersedes": [{"line": 3, "ref": f"{OLD}#L3"}]}
     mem.sync(force=True)
     assert labelled() == got
-    # the marker removed by hand on both lines: nothing is superseded any more
+    # the marker removed by hand on both lines: no line says so any more; the two lines still say where Priya
+    # lives, in other words, so they group implicitly (mdmem.search.frames), labelled so
     for path in (workspace / OLD, workspace / new_ref.split("#")[0]):
         path.write_text(strip_markers_all(path.read_text()))
-    assert labelled() == {OLD: {}, new_ref.split("#")[0]: {}}
+    implicit = {"line": 3, "by": new_ref, "date": new_ref[7:17], "implicit": True}
+    assert labelled() == {OLD: {"supersededBy": [implicit]}, new_ref.split("#")[0]: got[new_ref.split("#")[0]]}
 
 
 @both_backends

@@ -23,6 +23,7 @@ import re
 from collections.abc import Sequence
 
 from mdmem.files.supersession import Supersession, parse_supersessions
+from mdmem.search.frames import frames_of, has_frame_verb
 from mdmem.search.query import fold
 from mdmem.search.truth import line_date
 
@@ -95,6 +96,7 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
     leaving out lines an ``explicit`` supersession (or their own marks) already speaks of. Each has ``path`` ""
     and ``line`` 0: no line of any file declares it."""
     spoken = {(s.old_path, s.old_line) for s in explicit} | {(s.new_path, s.new_line) for s in explicit}
+    reworded, framed = _reworded(lines, spoken)
     candidates: dict[tuple[str, str], list[Line]] = {}
     for line in lines:  # cheap first: bucket by the first two words; most buckets hold one line
         head = _words(line[2][:120])
@@ -105,13 +107,9 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
         if len(found) < 2:
             continue
         for path, n, text in found:
-            words = _words(text)
-            stripped = text.strip()
-            if (path, n) in spoken or stripped.startswith("#") or stripped.endswith("?") or _marked(text, path):
-                continue  # a heading, a question, or marked by hand: the explicit convention speaks
-            when = line_date(path, text)
+            when = "" if (path, n, text) in framed else _eligible(path, n, text, spoken)
             if when:
-                facts.setdefault(key, []).append((when, (path, n, text), words))
+                facts.setdefault(key, []).append((when, (path, n, text), _words(text)))
     out: list[Supersession] = []
     for bucket in facts.values():
         if len(bucket) < 2:
@@ -126,7 +124,51 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
                     superseded.add(j)
                     out.append(Supersession("", 0, old[0], old[1], new[0], new[1], when[:10]))
                     break
-    return out
+    return out + reworded
+
+
+def _eligible(path: str, n: int, text: str, spoken: set[tuple[str, int]]) -> str:
+    """The date of a line that may join a group; "" for a heading, a question, an undated line, or a line an
+    explicit supersession or its own marks speak of (the explicit convention speaks for it)."""
+    stripped = text.strip()
+    if (path, n) in spoken or stripped.startswith("#") or stripped.endswith("?") or _marked(text, path):
+        return ""
+    return line_date(path, text)
+
+
+def _reworded(lines: Sequence[Line], spoken: set[tuple[str, int]]) -> tuple[list[Supersession], set[Line]]:
+    """The changes written in any words (mdmem.search.frames): lines with the same subject and frame, in date
+    order; when the value changes, every line of the value before is superseded by the first line of the new
+    one (``lives in Berlin``, ``is back in Berlin``, then ``relocated to Lisbon``: both Berlin lines are
+    superseded by the Lisbon one). Also the lines in such groups, which the shared-words rule leaves alone."""
+    by_frame: dict[tuple[tuple[str, ...], str], list[tuple[str, Line, tuple[str, ...]]]] = {}
+    for line in lines:
+        if not has_frame_verb(line[2]):
+            continue  # cheap first: most lines hold none of the frames' verbs
+        when = _eligible(*line, spoken)
+        for frame in frames_of(line[2]) if when else ():
+            by_frame.setdefault((frame.subject, frame.name), []).append((when, line, frame.value))
+    out: list[Supersession] = []
+    grouped: set[Line] = set()
+    olds: set[tuple[str, int]] = set()
+    for group in by_frame.values():
+        if len(group) < 2 or len({value for _, _, value in group}) < 2:
+            continue
+        grouped.update(line for _, line, _ in group)
+        group.sort(key=lambda f: f[0])  # oldest first
+        version: list[tuple[str, Line]] = []  # the lines of the value in force
+        value: tuple[str, ...] = ()
+        for when, line, said in group:
+            if version and said != value:
+                for old_when, old in version:
+                    if old_when < when and (old[0], old[1]) not in olds:
+                        olds.add((old[0], old[1]))
+                        out.append(Supersession("", 0, old[0], old[1], line[0], line[1], when[:10]))
+                version = []
+            version.append((when, line))
+            value = said
+    out.sort(key=lambda s: s.date, reverse=True)  # newest first, as the shared-words rule gives them
+    return out, grouped
 
 
 Span = tuple[str, int, int, str]  # path, start line, end line, text: a result's chunk

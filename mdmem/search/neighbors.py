@@ -32,6 +32,7 @@ __all__ = [
     "heading_line_of",
     "neighbours",
     "with_neighbours",
+    "with_predecessors",
     "with_replacements",
 ]
 
@@ -184,3 +185,42 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
         hits.append(hit)
     hits = list({id(h): h for h in hits}.values())  # a hit moved up is not repeated where it was
     return replace(outcome, hits=hits, supersessions=list(dict.fromkeys(sups))) if added else outcome
+
+
+def with_predecessors(store: LinkReader, outcome: SearchOutcome, query: str) -> SearchOutcome:
+    """``outcome`` with, right after each hit holding a line that answers ``query`` and supersedes another, the
+    chunk holding the line it superseded (the hit holding it moved up there, or its chunk brought in): for a
+    question about the past (mdmem.pack.currency keeps one such older line), the version just before the one
+    found. One step back, never more."""
+    wanted = len(keyword_terms(query_terms(query)))
+    older = {(s.new_path, s.new_line): (s.old_path, s.old_line) for s in outcome.supersessions if s.new_path}
+    holder: dict[tuple[str, int], Hit] = {}
+    for h in outcome.hits:
+        for n in range(h.chunk.start_line, h.chunk.end_line + 1):
+            holder.setdefault((h.chunk.path, n), h)
+    hits: list[Hit] = []
+    placed: set[int] = set()
+    for hit in outcome.hits:
+        if id(hit) in placed:
+            continue
+        hits.append(hit)
+        placed.add(id(hit))
+        c = hit.chunk
+        parts = c.text.split("\n")
+        if len(parts) != c.end_line - c.start_line + 1:
+            continue
+        for n, text in enumerate(parts, start=c.start_line):
+            key = older.get((c.path, n))
+            if key is None or 2 * mentions(query, text) < max(1, wanted):
+                continue
+            before = holder.get(key)
+            if before is None:
+                chunk = _chunk_at(store.chunks_of(key[0]), key[1])
+                if chunk is None or not chunk.start_line <= key[1] <= chunk.end_line:
+                    continue
+                before = Hit(chunk, hit.score, hit.vector_score, hit.text_score)
+                holder.update(((chunk.path, m), before) for m in range(chunk.start_line, chunk.end_line + 1))
+            if id(before) not in placed:
+                hits.append(before)
+                placed.add(id(before))
+    return replace(outcome, hits=hits) if len(hits) != len(outcome.hits) or hits != list(outcome.hits) else outcome
