@@ -89,5 +89,5 @@ def test_a_chain_in_mixed_words_follows_the_dates() -> None:
 def test_frames_of_names_subject_frame_and_value() -> None:
     (frame,) = frames_of("- [09:07] The Meridian-2 project switched its builds to GitLab")
     assert (frame.subject, frame.name, frame.value) == (("the", "meridian-2", "project"), "uses:builds", ("gitlab",))
-    assert frames_of("Priya moved to a new flat") == []
-    assert frames_of("He moved to Berlin") == []
+    assert frames_of("Priya moved to a new flat") == ()
+    assert frames_of("He moved to Berlin") == ()

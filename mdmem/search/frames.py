@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from mdmem.search.query import fold
 
-__all__ = ["Frame", "MAX_SUBJECT", "MAX_TAIL", "frames_of", "has_frame_verb"]
+__all__ = ["Frame", "LINES_REMEMBERED", "MAX_SUBJECT", "MAX_TAIL", "frames_of"]
 
+LINES_REMEMBERED = 8192
 MAX_SUBJECT = 6
 MAX_VALUE = 4
 MAX_TAIL = 4
@@ -62,17 +64,12 @@ _FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 )
 
 
-_VERBS = re.compile(
-    r"\b(?:liv|resid|based|settl|mov|relocat|went back|back in|home in|work|joined|rejoined|start|began|took|"
-    r"accepted|got|hired|employed|use|using|rel(?:y|ies) on|runs? on|adopted|switched|migrated|changed|ported|"
-    r"converted)",
-    re.IGNORECASE,
+# The words a frame's verb can start with: a line holding none of them is no frame (the cheap test first).
+_FIRST = frozenset(
+    """is are was were living lives live resides reside based settled settling moved relocated went back made
+    makes works work working joined rejoined started began took accepted got hired employed uses use using
+    relies rely runs run adopted switched migrated changed ported converted""".split()
 )
-
-
-def has_frame_verb(text: str) -> bool:
-    """Whether ``text`` holds a verb of some frame (a cheap test before ``frames_of``)."""
-    return _VERBS.search(text) is not None
 
 
 @dataclass(frozen=True)
@@ -82,27 +79,39 @@ class Frame:
     value: tuple[str, ...]  # folded words of the value
 
 
-def frames_of(text: str) -> list[Frame]:
-    """The frames ``text`` (one line) states; empty for a line that is not *subject, verb, value*."""
-    raw = [m.group() for m in _TOKEN.finditer(text[_LEAD.match(text).end() :])]  # type: ignore[union-attr]
-    kept = [w for w in raw if fold(w) not in _FILLER]
-    words = [fold(w) for w in kept]
+@lru_cache(maxsize=LINES_REMEMBERED)
+def frames_of(text: str) -> tuple[Frame, ...]:
+    """The frames ``text`` (one line) states; empty for a line that is not *subject, verb, value*. Remembered
+    for the last ``LINES_REMEMBERED`` lines: the same chunks come back search after search."""
+    rest = text[_LEAD.match(text).end() :]  # type: ignore[union-attr]
+    low = fold(rest)
+    if _FIRST.isdisjoint(low.split()):
+        return ()
+    raw = _TOKEN.findall(rest)
+    folded = _TOKEN.findall(low)
+    if len(folded) != len(raw):  # folding merged or split a word: fold word by word
+        folded = [fold(w) for w in raw]
+    keep = [i for i, w in enumerate(folded) if w not in _FILLER]
+    kept = [raw[i] for i in keep]
+    words = [folded[i] for i in keep]
     out: list[Frame] = []
     for start in range(1, min(len(words), MAX_SUBJECT + 1)):
+        if words[start] not in _FIRST:
+            continue
         subject = tuple(words[:start])
         if len(subject) == 1 and subject[0] in _PRONOUNS:
             continue
-        rest = " ".join(words[start:]) + " "
+        after = " ".join(words[start:]) + " "
         for name, pattern in _FRAMES:
-            m = pattern.match(rest)
+            m = pattern.match(after)
             if m is None:
                 continue
-            frame = _frame(name, m, kept, start, rest)
+            frame = _frame(name, m, kept, start, after)
             if frame is not None:
                 out.append(Frame(subject, frame[0], frame[1]))
         if out:
             return _specific(out)
-    return []
+    return ()
 
 
 def _frame(name: str, m: re.Match[str], kept: list[str], start: int, rest: str) -> tuple[str, tuple[str, ...]] | None:
@@ -132,8 +141,8 @@ def _name_run(words: list[str]) -> tuple[str, ...] | None:
     return tuple(run) if 0 < len(run) <= MAX_VALUE else None
 
 
-def _specific(frames: list[Frame]) -> list[Frame]:
+def _specific(frames: list[Frame]) -> tuple[Frame, ...]:
     """A line naming what it uses something for is compared only on that (never on the bare ``uses``)."""
     if any(f.name.startswith("uses:") for f in frames):
         frames = [f for f in frames if f.name != "uses"]
-    return list(dict.fromkeys(frames))
+    return tuple(dict.fromkeys(frames))

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from mdmem.files.supersession import Supersession, parse_supersessions
-from mdmem.search.frames import frames_of, has_frame_verb
+from mdmem.search.frames import LINES_REMEMBERED, frames_of
 from mdmem.search.query import fold
 from mdmem.search.truth import line_date
 
@@ -49,12 +50,14 @@ _FILLER = frozenset(
 Line = tuple[str, int, str]  # path, line number, text
 
 
-def _words(text: str) -> list[str]:
+@lru_cache(maxsize=LINES_REMEMBERED)
+def _words(text: str) -> tuple[str, ...]:
+    """The words of a line after its bullet and stamp, folded, without fillers (remembered, as frames are)."""
     rest = text[_LEAD.match(text).end() :]  # type: ignore[union-attr]
-    return [w for w in _WORDS.findall(fold(rest)) if w not in _FILLER]
+    return tuple(w for w in _WORDS.findall(fold(rest)) if w not in _FILLER)
 
 
-def _groups(a: list[str], b: list[str], colon: bool) -> bool:
+def _groups(a: Sequence[str], b: Sequence[str], colon: bool) -> bool:
     shared = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
@@ -84,7 +87,13 @@ def _marked(text: str, path: str) -> bool:
     )
 
 
-def _colon_after(text: str, words: list[str]) -> bool:
+@lru_cache(maxsize=LINES_REMEMBERED)
+def _keyed(text: str) -> bool:
+    """Whether a line names its key first (``Wifi password: hunter2``), remembered as its words are."""
+    return _colon_after(text, _words(text)[:2])
+
+
+def _colon_after(text: str, words: Sequence[str]) -> bool:
     """``Wifi password: hunter2``: the line names its key, then a colon or an equals sign, then the value."""
     rest = fold(text[_LEAD.match(text).end() :])  # type: ignore[union-attr]
     cut = max(rest.find(":"), rest.find("="))
@@ -99,10 +108,10 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
     reworded, framed = _reworded(lines, spoken)
     candidates: dict[tuple[str, str], list[Line]] = {}
     for line in lines:  # cheap first: bucket by the first two words; most buckets hold one line
-        head = _words(line[2][:120])
+        head = _words(line[2])
         if len(head) >= MIN_SHARED:
             candidates.setdefault((head[0], head[1]), []).append(line)
-    facts: dict[tuple[str, str], list[tuple[str, Line, list[str]]]] = {}
+    facts: dict[tuple[str, str], list[tuple[str, Line, tuple[str, ...]]]] = {}
     for key, found in candidates.items():
         if len(found) < 2:
             continue
@@ -119,7 +128,7 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
         for i, (when, new, words) in enumerate(bucket):  # each line supersedes the nearest older one of its group
             for j in range(i + 1, len(bucket)):
                 old_when, old, old_words = bucket[j]
-                colon = _colon_after(new[2], words[:2]) and _colon_after(old[2], old_words[:2])
+                colon = _keyed(new[2]) and _keyed(old[2])
                 if j not in superseded and old_when < when and _groups(words, old_words, colon):
                     superseded.add(j)
                     out.append(Supersession("", 0, old[0], old[1], new[0], new[1], when[:10]))
@@ -143,10 +152,9 @@ def _reworded(lines: Sequence[Line], spoken: set[tuple[str, int]]) -> tuple[list
     superseded by the Lisbon one). Also the lines in such groups, which the shared-words rule leaves alone."""
     by_frame: dict[tuple[tuple[str, ...], str], list[tuple[str, Line, tuple[str, ...]]]] = {}
     for line in lines:
-        if not has_frame_verb(line[2]):
-            continue  # cheap first: most lines hold none of the frames' verbs
-        when = _eligible(*line, spoken)
-        for frame in frames_of(line[2]) if when else ():
+        frames = frames_of(line[2])  # cheap for most lines: they hold none of the frames' verbs
+        when = _eligible(*line, spoken) if frames else ""
+        for frame in frames if when else ():
             by_frame.setdefault((frame.subject, frame.name), []).append((when, line, frame.value))
     out: list[Supersession] = []
     grouped: set[Line] = set()
