@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 Search = Callable[[str, int, float], "tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]"]
 
 PACK_NET = 4  # candidates = PACK_NET x query.maxResults ...
-HISTORY_NET = 3  # ... times this for a question about the past (the version before the current one)
 TOKENS_PER_CANDIDATE = 50  # ... and at least one per this many tokens of budget, so big budgets can fill
 
 
@@ -73,13 +72,11 @@ def run_pack(
             f"{smallest - 1} tokens ({by}). Fix: ask for at least "
             f"{smallest} tokens; one cited line needs a few more"
         )
-    wanted = candidate_count(q.max_results, budget_tokens)
-    past = q.current_first and asks_history(query)  # the version before: its line may rank far below the current
-    outcome, vector, notes = search(query, wanted * HISTORY_NET if past else wanted, 0.0)
+    outcome, vector, notes = search(query, candidate_count(q.max_results, budget_tokens), 0.0)
     with store().reading():
         if q.current_first:  # the current line wherever an older one was found; the one before it when asked
             outcome = with_replacements(store(), outcome, query)
-            if past:
+            if asks_history(query):
                 outcome = with_predecessors(store(), outcome, query)
         if neighbors:
             outcome = with_neighbours(store(), outcome, q.max_results)
