@@ -12,7 +12,7 @@ hits or reached before is not added twice. Broken and refused links lead nowhere
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -21,7 +21,7 @@ from mdmem.files.supersession import Supersession
 from mdmem.search.hybrid import Hit, SearchOutcome
 from mdmem.search.query import keyword_terms, query_terms
 from mdmem.search.results import cite
-from mdmem.search.truth import mentions
+from mdmem.search.truth import mention_counter
 from mdmem.store import ChunkRow, FileRow
 from mdmem.store.lines import file_lines
 
@@ -119,6 +119,16 @@ def heading_line_of(chunks: list[ChunkRow], slug: str) -> int:
     return 0
 
 
+def _answering(hits: Sequence[Hit], query: str) -> Callable[[str], bool]:
+    """Whether a line answers ``query``: it holds at least half of the query's words, and as many as the line
+    of the hits holding the most (``Dmitri Costa works at Acme`` does not answer "where does Dmitri Brandt
+    work" when a line names Dmitri Brandt)."""
+    count = mention_counter(query)
+    best = max((count(line) for h in hits for line in h.chunk.text.split("\n")), default=0)
+    need = max(1, (len(keyword_terms(query_terms(query))) + 1) // 2, best)
+    return lambda text: count(text) >= need
+
+
 def _chunk_at(chunks: list[ChunkRow], line: int) -> ChunkRow | None:
     """The chunk that starts closest before ``line`` and holds it (the heading's own section when it has one)."""
     holding = [c for c in chunks if c.start_line <= line <= c.end_line]
@@ -148,8 +158,8 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
     chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there: a pack then finds
     the current line first wherever the search found an older one (mdmem.engine.packing). Other lines of the
     hit (other subjects' facts in the same daily log) bring nothing."""
-    wanted = len(keyword_terms(query_terms(query)))
     sups = list(outcome.supersessions)
+    answers = _answering(outcome.hits, query)
     holder: dict[tuple[str, int], Hit] = {}
     for h in outcome.hits:
         for n in range(h.chunk.start_line, h.chunk.end_line + 1):
@@ -164,7 +174,7 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
             key, steps = (c.path, n), 0
             if key not in newer or len(parts) != c.end_line - c.start_line + 1:
                 continue
-            if 2 * mentions(query, parts[n - c.start_line]) < max(1, wanted):
+            if not answers(parts[n - c.start_line]):
                 continue
             while key in newer and steps < hops:
                 key, steps = newer[key], steps + 1
@@ -192,7 +202,7 @@ def with_predecessors(store: LinkReader, outcome: SearchOutcome, query: str) -> 
     chunk holding the line it superseded (the hit holding it moved up there, or its chunk brought in): for a
     question about the past (mdmem.pack.currency keeps one such older line), the version just before the one
     found. One step back, never more."""
-    wanted = len(keyword_terms(query_terms(query)))
+    answers = _answering(outcome.hits, query)
     older = {(s.new_path, s.new_line): (s.old_path, s.old_line) for s in outcome.supersessions if s.new_path}
     holder: dict[tuple[str, int], Hit] = {}
     for h in outcome.hits:
@@ -211,7 +221,7 @@ def with_predecessors(store: LinkReader, outcome: SearchOutcome, query: str) -> 
             continue
         for n, text in enumerate(parts, start=c.start_line):
             key = older.get((c.path, n))
-            if key is None or 2 * mentions(query, text) < max(1, wanted):
+            if key is None or not answers(text):
                 continue
             before = holder.get(key)
             if before is None:

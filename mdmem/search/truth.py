@@ -14,7 +14,7 @@ missing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +23,7 @@ from mdmem.search.query import STOP_WORDS, WORD, fold, keyword_terms, query_term
 from mdmem.search.scoring import log_date
 from mdmem.util.tokens import CJK_RUN
 
-__all__ = ["FactLine", "Fact", "facts_about", "line_date", "mentions"]
+__all__ = ["FactLine", "Fact", "facts_about", "line_date", "mention_counter", "mentions"]
 
 Key = tuple[str, int]
 _STAMP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?\[(?:(\d{4}-\d{2}-\d{2})[ T])?(\d{1,2}:\d{2})\]\s*")
@@ -83,18 +83,20 @@ def fact_text(text: str) -> str:
 
 def mentions(subject: str, text: str) -> int:
     """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings)."""
-    terms = keyword_terms(query_terms(subject))
-    folded = fold(text)
-    stems = {_stem(w) for w in WORD.findall(CJK_RUN.sub(" ", folded))}
-    found = 0
-    for term in terms:
-        t = fold(term)
-        runs = CJK_RUN.findall(t)
-        if runs:
-            found += all(run in folded for run in runs)
-        else:
-            found += _stem(t) in stems
-    return found
+    return mention_counter(subject)(text)
+
+
+def mention_counter(subject: str) -> Callable[[str], int]:
+    """``mentions`` for one subject and many lines: the subject's words are taken apart once."""
+    terms = [fold(term) for term in keyword_terms(query_terms(subject))]
+    cjk = [(t, CJK_RUN.findall(t)) for t in terms]
+
+    def count(text: str) -> int:
+        folded = fold(text)
+        stems = {_stem(w) for w in WORD.findall(CJK_RUN.sub(" ", folded))}
+        return sum(all(run in folded for run in runs) if runs else _stem(t) in stems for t, runs in cjk)
+
+    return count
 
 
 def _stem(word: str) -> str:
