@@ -26,6 +26,7 @@ D1, D2, D3 = "memory/2026-03-01.md", "memory/2026-06-15.md", "memory/2026-10-02.
         ("- The Atlas project uses Jenkins for builds", "- The Atlas project switched its builds to Drone"),
         ("- Atlas uses Postgres for storage", "- Atlas migrated its storage to CockroachDB"),
         ("- The team uses Slack", "- The team switched to Discord"),
+        ("- Atlas uses Jenkins for builds", "- Atlas moved builds to Drone"),
         ("- I live in Porto", "- I moved to Lyon"),
         ("- Caroline: I live in Ohio", "- Caroline: I moved to Sweden"),
     ],

@@ -25,6 +25,7 @@ D1, D2, D3 = "memory/2026-03-01.md", "memory/2026-06-15.md", "memory/2026-10-02.
         ("- Kai's locker code is 4512", "- Kai's locker code is 7789"),
         ("- Bob uses vim", "- Bob uses emacs nowadays"),
         ("- Wifi password: hunter2", "- Wifi password: correct-horse"),
+        ("- Priya's employer is Globex", "- Priya's new employer is Initech"),
         ("- Our team standup is at 9:30", "- Our team standup is at 10:00"),
         ("- 普丽雅 lives in 柏林", "- 普丽雅 lives in 里斯本"),
     ],

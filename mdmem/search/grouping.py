@@ -44,7 +44,8 @@ _CONNECTORS = frozenset(
     migrated transferred promoted joined left chose picked wants wanted needs goes went stays stayed""".split()
 )
 _FILLER = frozenset(
-    "now nowadays currently still again actually officially finally recently just also today yesterday anymore "
+    "now nowadays currently still again actually officially finally recently just also today yesterday anymore new "
+    "current latest "
     "meanwhile then lately".split()
 )
 Line = tuple[str, int, str]  # path, line number, text
