@@ -233,11 +233,21 @@ class Memory:
         broken?}], backlinks: [{ref, to}], aliases}`` (docs/truth.md)."""
         return self.engine.links(path)
 
-    def remember(self, text: str, long_term: bool = False, supersedes: str | None = None) -> dict[str, Any]:
+    def remember(
+        self, text: str, long_term: bool = False, supersedes: str | None = None, *, redact_secrets: bool = False
+    ) -> dict[str, Any]:
         """Append a timestamped line to today's log (or MEMORY.md); the next search or sync indexes it.
-        ``supersedes`` (``path#L<n>``): the new fact replaces that line, which is marked with a link to it."""
+        ``supersedes`` (``path#L<n>``): the new fact replaces that line, which is marked with a link to it.
+        ``redact_secrets``: store secrets in ``text`` as ``[REDACTED:<kind>]`` (the tool and the service do)."""
         indexed = self.engine.indexed_lines if supersedes is not None else None
-        return integration.remember(self.agent, text, long_term=long_term, supersedes=supersedes, indexed=indexed)
+        return integration.remember(
+            self.agent,
+            text,
+            long_term=long_term,
+            supersedes=supersedes,
+            indexed=indexed,
+            redact_secrets=redact_secrets,
+        )
 
     def check_flush(
         self, session_key: str, total_tokens: int, context_window: int, *, writable: bool | None = None

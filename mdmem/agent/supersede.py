@@ -28,13 +28,18 @@ from mdmem.files.workspace import Workspace
 from mdmem.util.errors import ConfigError, WorkspaceError
 from mdmem.util.filewrite import Folder
 
-__all__ = ["IndexedLines", "Target", "locate", "mark"]
+__all__ = ["IndexedLines", "StaleReference", "Target", "locate", "mark"]
 
 IndexedLines = Callable[[str], "list[str] | None"]
 """The lines of a file as the index holds them (None: not indexed), to find a line a hand edit moved."""
 
 _REF = re.compile(r"^(?P<path>.+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?|:(?P<colon>\d+))$")
 _RETRIES = 5
+
+
+class StaleReference(ConfigError):
+    """The cited line cannot be superseded as its file is now: it is already superseded, or it was changed since
+    it was indexed. Nothing was written; searching again gives the current line (the service answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +154,7 @@ def _moved(rel: str, line: int, lines: list[str], indexed: IndexedLines | None) 
     where = [n for n, text in enumerate(lines, start=1) if text == held[line - 1]]
     if len(where) == 1:
         return where[0]
-    raise ConfigError(
+    raise StaleReference(
         f"supersedes: {rel}#L{line} changed since it was indexed (the file was edited): it was {held[line - 1]!r}, "
         f"it is now {lines[line - 1]!r}. Nothing was written. Fix: search again and cite the line's new reference"
     )
@@ -159,7 +164,7 @@ def _check_current(target: Target, text: str) -> None:
     for s in parse_supersessions(text, target.path):
         if s.old_path == target.path and s.old_line == target.line and s.path == target.path:
             by = f" by {s.new_path}#L{s.new_line}" if s.new_path else ""
-            raise ConfigError(
+            raise StaleReference(
                 f"supersedes: {target.ref} is already superseded{by}. Nothing was written. Fix: supersede the "
                 "current line instead (`mdmem truth` shows it)"
             )

@@ -230,5 +230,6 @@ def cmd_remember(args: argparse.Namespace, mem: Memory) -> Result:
 
 
 def _remembered(r: dict[str, Any]) -> str:
-    marked = f"\n{r['supersedes']}: marked superseded by {r['ref']}" if "supersedes" in r else ""
-    return f"{r['path']}: {r['line']}{marked}"
+    marked = [f"{r['supersedes']}: marked superseded by {r['ref']}"] if r.get("marked") else []
+    lines = [f"{r['path']}: {r['line']}", *marked]
+    return "\n".join(lines + [f"warning: {w}" for w in r.get("warnings", [])])
