@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mdmem.files.supersession import marker, parse_supersessions
+from mdmem.files.supersession import marker, parse_supersessions, strip_markers
 from mdmem.files.workspace import Workspace
 from mdmem.util.errors import ConfigError, WorkspaceError
 from mdmem.util.filewrite import Folder
@@ -151,6 +151,8 @@ def _moved(rel: str, line: int, lines: list[str], indexed: IndexedLines | None) 
     held = indexed(rel) if indexed is not None else None
     if not held or line > len(held) or held[line - 1] == lines[line - 1] or not _is_fact(held[line - 1]):
         return line
+    if strip_markers(held[line - 1]) == strip_markers(lines[line - 1]):
+        return line  # only marked (superseded) since it was indexed: the same fact, which _check_current refuses
     where = [n for n, text in enumerate(lines, start=1) if text == held[line - 1]]
     if len(where) == 1:
         return where[0]
