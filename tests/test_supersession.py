@@ -385,3 +385,20 @@ def test_a_pack_brings_the_current_line_the_search_did_not_find(
     assert items[1]["supersededBy"][0]["by"] == "memory/2026-10-02.md#L3"
     off = make_memory({"query": {"currentFirst": False}}, provider="none")
     assert [i["path"] for i in off.pack("where does Priya live", budget_tokens=200)["items"]] == [OLD]
+
+
+@both_backends
+def test_a_current_line_the_search_ranked_below_min_score_is_packed_first(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
+    """The search found the replacement too, but below minScore (it shares one word with the question): moved up
+    before the old line, it is scored as the hit that brought it, so the pack's threshold keeps it."""
+    write(workspace / OLD, DAY)
+    write(
+        workspace / "memory/2026-10-02.md", f"# 2026-10-02\n\n- [09:30] Priya is back in Lisbon (supersedes {OLD}#L3)\n"
+    )
+    mem = make_memory()  # hybrid: minScore applies
+    found = {r["path"]: r for r in mem.search("where does Priya live", min_score=0)["results"]}
+    assert found["memory/2026-10-02.md"]["score"] < mem.agent.memory_search.query.min_score <= found[OLD]["score"]
+    items = mem.pack("where does Priya live", budget_tokens=300)["items"]
+    assert [i["path"] for i in items][:2] == ["memory/2026-10-02.md", OLD]

@@ -144,7 +144,8 @@ def with_neighbours(store: LinkReader, outcome: SearchOutcome, limit: int) -> Se
 def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hops: int = 3) -> SearchOutcome:
     """``outcome`` with, right before each hit holding a superseded line that answers ``query`` (holds at least
     half of its words), the chunk holding the line that superseded it when no hit holds that line (following a
-    chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there: a pack then finds
+    chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there (scored as that hit
+    when it scored lower, so that the pack's minScore does not drop it): a pack then finds
     the current line first wherever the search found an older one (mdmem.engine.packing). Other lines of the
     hit (other subjects' facts in the same daily log) bring nothing."""
     wanted = len(keyword_terms(query_terms(query)))
@@ -155,6 +156,7 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
             holder.setdefault((h.chunk.path, n), h)
     newer = {(s.old_path, s.old_line): (s.new_path, s.new_line) for s in sups if s.new_path}
     hits: list[Hit] = []
+    raised: dict[int, Hit] = {}  # a hit moved up, scored as the hit that brought it when it scored lower
     added = False
     for hit in outcome.hits:
         c = hit.chunk
@@ -167,8 +169,12 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 continue
             while key in newer and steps < hops:
                 key, steps = newer[key], steps + 1
-                if key in holder:  # a hit already: it moves up, before the older line's hit
-                    hits.append(holder[key])
+                if key in holder:  # a hit already: it moves up, before the older line's hit, and stays above
+                    held = holder[key]  # the pack's minScore as a chunk fetched for it would
+                    moved = raised.get(id(held), held)
+                    if moved.score < hit.score:
+                        moved = raised[id(held)] = replace(moved, score=hit.score)
+                    hits.append(moved)
                     added = True
                     continue
                 chunk = _chunk_at(store.chunks_of(key[0]), key[1])
@@ -181,6 +187,6 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 sups += more
                 newer.update({(s.old_path, s.old_line): (s.new_path, s.new_line) for s in more if s.new_path})
                 added = True
-        hits.append(hit)
+        hits.append(raised.get(id(hit), hit))
     hits = list({id(h): h for h in hits}.values())  # a hit moved up is not repeated where it was
     return replace(outcome, hits=hits, supersessions=list(dict.fromkeys(sups))) if added else outcome
