@@ -39,6 +39,10 @@ LONG_TERM_HEADING = "# Long-term memory"
 MAX_NOTE_BYTES = 64 * 1024  # a note, not a document: larger texts belong in a file of their own
 
 
+class FileFull(WorkspaceError):
+    """The note would push its file over ``memorySearch.maxFileBytes``; nothing written (the service answers 409)."""
+
+
 def remember(
     agent: AgentConfig,
     text: str,
@@ -190,7 +194,7 @@ def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: 
         if max_file_bytes is not None and size + len(data) > max_file_bytes:
             if not existed:
                 os.unlink(name, dir_fd=folder.fd)
-            raise WorkspaceError(
+            raise FileFull(
                 f"{folder.shown(name)} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), "
                 "and drop out of search; nothing was written. Fix: move older notes of that file into another "
                 "file under memory/, or raise agents.defaults.memorySearch.maxFileBytes."

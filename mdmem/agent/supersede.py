@@ -28,13 +28,18 @@ from mdmem.files.workspace import Workspace
 from mdmem.util.errors import ConfigError, WorkspaceError
 from mdmem.util.filewrite import Folder
 
-__all__ = ["IndexedLines", "StaleReference", "Target", "locate", "mark"]
+__all__ = ["BadReference", "IndexedLines", "StaleReference", "Target", "locate", "mark"]
 
 IndexedLines = Callable[[str], "list[str] | None"]
 """The lines of a file as the index holds them (None: not indexed), to find a line a hand edit moved."""
 
 _REF = re.compile(r"^(?P<path>.+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?|:(?P<colon>\d+))$")
 _RETRIES = 5
+
+
+class BadReference(WorkspaceError):
+    """The reference names no memory file inside the workspace (missing, outside, not Markdown, ``..``): the
+    caller's mistake, nothing written (the service answers 400)."""
 
 
 class StaleReference(ConfigError):
@@ -66,9 +71,12 @@ def locate(workspace: Workspace, ref: str, indexed: IndexedLines | None = None) 
         )
     start = int(found["start"] or found["colon"])
     end = int(found["end"] or start)
-    path = workspace.resolve_for_read(found["path"])
+    try:
+        path = workspace.resolve_for_read(found["path"])
+    except WorkspaceError as exc:
+        raise BadReference(f"supersedes: {exc}") from None
     if not path.is_relative_to(workspace.root):
-        raise WorkspaceError(
+        raise BadReference(
             f"supersedes: {found['path']} is outside the workspace {workspace.root}: mdmem marks lines only "
             "in files inside the workspace. Fix: supersede the fact by hand in that file (see docs/truth.md)"
         )
@@ -138,7 +146,7 @@ def _read_lines(root: Path, rel: str) -> list[str]:
     except FileNotFoundError:
         raw = None
     if raw is None:
-        raise WorkspaceError(f"supersedes: {rel} does not exist. Fix: search again and cite a line of a memory file")
+        raise BadReference(f"supersedes: {rel} does not exist. Fix: search again and cite a line of a memory file")
     return [p.rstrip("\r") for p in raw.decode("utf-8", "replace").split("\n")]
 
 
