@@ -170,3 +170,20 @@ def test_a_replica_without_the_agent_s_files_refuses_with_409(fleet: Fleet) -> N
     assert reply.status == 409 and "service.remoteAgents" in reply.body["error"] and "Fix:" in reply.body["error"]
     assert not any(p.is_file() for p in (fleet.root / "replica-a").rglob("*.md"))
     assert [p.name for p in (fleet.workspace / "memory").iterdir()] == []
+
+
+def test_a_note_that_would_take_its_file_over_max_file_bytes_is_409(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    cfg = write_config(tmp_path / "config.json", {"main": ws}, memory_search={"maxFileBytes": 400})
+    svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
+    svc.start()
+    try:
+        assert svc.call("POST", "/remember", {"agent_id": "main", "text": "a short note"}).status == 200
+        reply = svc.call("POST", "/remember", {"agent_id": "main", "text": "a long note " * 40})
+        assert reply.status == 409 and "over maxFileBytes (400)" in reply.body["error"]
+        assert "Fix:" in reply.body["error"]
+        [day] = (ws / "memory").glob("*.md")
+        assert day.read_text().count("\n- [") == 1  # the first note alone
+    finally:
+        svc.stop()
