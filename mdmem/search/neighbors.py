@@ -156,7 +156,6 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
             holder.setdefault((h.chunk.path, n), h)
     newer = {(s.old_path, s.old_line): (s.new_path, s.new_line) for s in sups if s.new_path}
     hits: list[Hit] = []
-    raised: dict[int, Hit] = {}  # a hit moved up, scored as the hit that brought it when it scored lower
     added = False
     for hit in outcome.hits:
         c = hit.chunk
@@ -169,12 +168,9 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 continue
             while key in newer and steps < hops:
                 key, steps = newer[key], steps + 1
-                if key in holder:  # a hit already: it moves up, before the older line's hit, and stays above
-                    held = holder[key]  # the pack's minScore as a chunk fetched for it would
-                    moved = raised.get(id(held), held)
-                    if moved.score < hit.score:
-                        moved = raised[id(held)] = replace(moved, score=hit.score)
-                    hits.append(moved)
+                if key in holder:  # a hit already: it moves up, before the older line's hit, scored at least as
+                    held = holder[key]  # that hit (as a chunk fetched for it is), so the pack's minScore keeps it
+                    hits.append(held if held.score >= hit.score else replace(held, score=hit.score))
                     added = True
                     continue
                 chunk = _chunk_at(store.chunks_of(key[0]), key[1])
@@ -187,6 +183,19 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 sups += more
                 newer.update({(s.old_path, s.old_line): (s.new_path, s.new_line) for s in more if s.new_path})
                 added = True
-        hits.append(raised.get(id(hit), hit))
-    hits = list({id(h): h for h in hits}.values())  # a hit moved up is not repeated where it was
-    return replace(outcome, hits=hits, supersessions=list(dict.fromkeys(sups))) if added else outcome
+        hits.append(hit)
+    return replace(outcome, hits=_once(hits), supersessions=list(dict.fromkeys(sups))) if added else outcome
+
+
+def _once(hits: list[Hit]) -> list[Hit]:
+    """Each chunk once, where it first comes (a hit moved up is not repeated where it was), with its best score."""
+    first: dict[tuple[str, int, int], int] = {}
+    out: list[Hit] = []
+    for h in hits:
+        key = (h.chunk.path, h.chunk.start_line, h.chunk.end_line)
+        if key not in first:
+            first[key] = len(out)
+            out.append(h)
+        elif h.score > out[first[key]].score:
+            out[first[key]] = h
+    return out
