@@ -212,11 +212,17 @@ class Memory:
 
     # -- agent integration (mdmem.agent) ---------------------------------------------------------
     def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | str | None = None, *, session_kind: SessionKind = "main"
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        session_kind: SessionKind = "main",
+        tools: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Run memory_search / memory_pack / memory_get / memory_status; errors come back as ``{..., error}``,
-        never raised. ``session_kind`` is the session the call comes from (citations ``auto``)."""
-        return integration.call_tool(self, name, arguments, session_kind=session_kind)
+        """Run a tool (memory_search, memory_get, memory_pack, memory_truth, memory_status, memory_remember);
+        errors come back as ``{..., error}``, never raised. ``session_kind`` is the session the call comes from
+        (citations ``auto``); ``tools``, the tools the runtime offered (others are refused; default: all)."""
+        return integration.call_tool(self, name, arguments, session_kind=session_kind, tools=tools)
 
     def session_context(self, kind: SessionKind = "main", today: date | str | None = None) -> dict[str, Any]:
         """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""

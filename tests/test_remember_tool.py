@@ -154,3 +154,8 @@ def test_a_caller_that_offered_only_the_read_tools_cannot_write(
     assert result["error"].startswith("memory_remember is not offered here (read-only); the tools are memory_search")
     assert [p.name for p in (workspace / "memory").iterdir()] == ["2026-03-01.md"]
     assert "error" not in call_tool(mem, "memory_search", {"query": "Priya"}, tools=READ_TOOLS)
+    refused = mem.call_tool("memory_remember", {"text": "x"}, tools=["memory_search", "memory_get"])
+    assert (
+        refused["error"] == "memory_remember is not offered here (read-only); the tools are memory_search, memory_get"
+    )
+    assert [p.name for p in (workspace / "memory").iterdir()] == ["2026-03-01.md"]
