@@ -118,6 +118,10 @@ def test_secrets_are_stored_redacted_and_never_come_back(mem: Memory, workspace:
         ({"text": "x", "supersedes": 3}, "'supersedes' must be a string, got 3"),
         ({"text": "x", "supersedes": OLD}, "supersedes: 'memory/2026-03-01.md' is not a line reference"),
         ({"text": "x", "supersedes": f"{OLD}#L1"}, "holds 0 fact lines"),
+        (  # a search result's citation: the error quotes its fact lines, to pick one without another call
+            {"text": "x", "supersedes": f"{OLD}#L1-L4"},
+            f"holds 2 fact lines ({OLD}#L3: - [09:10] Priya lives in Berlin; {OLD}#L4: - [09:12] Bob drinks tea)",
+        ),
         ({"text": "x", "supersedes": "memory/nope.md#L3"}, "does not exist"),
         ({"text": "x", "supersedes": "../outside.md#L1"}, "'..'"),
     ],

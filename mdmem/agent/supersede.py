@@ -88,7 +88,7 @@ def locate(workspace: Workspace, ref: str, indexed: IndexedLines | None = None) 
         )
     facts = [n for n in range(start, min(end, len(lines)) + 1) if _is_fact(lines[n - 1])]
     if len(facts) != 1:
-        cited = ", ".join(f"{rel}#L{n}" for n in facts[:8]) or "none"
+        cited = "; ".join(f"{rel}#L{n}: {_short(lines[n - 1])}" for n in facts[:8]) or "none"
         raise ConfigError(
             f"supersedes: {ref} holds {len(facts)} fact lines ({cited}). Fix: cite the one line to supersede"
         )
@@ -148,6 +148,12 @@ def _read_lines(root: Path, rel: str) -> list[str]:
     if raw is None:
         raise BadReference(f"supersedes: {rel} does not exist. Fix: search again and cite a line of a memory file")
     return [p.rstrip("\r") for p in raw.decode("utf-8", "replace").split("\n")]
+
+
+def _short(line: str, limit: int = 80) -> str:
+    """A line as an error quotes it, so the caller can pick one without reading the file again."""
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _is_fact(line: str) -> bool:
