@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from mdmem.agent.remember import remember
-from mdmem.agent.supersede import StaleReference
+from mdmem.agent.supersede import StaleReference, locate, mark
 from mdmem.config.load import AgentConfig
 from mdmem.files.supersession import Supersession, parse_ref, parse_supersessions, strip_markers
+from mdmem.files.workspace import Workspace
 from mdmem.memory import Memory
 from mdmem.util.errors import ConfigError, WorkspaceError
 from tests.agent_helpers import agent_config, run_cli, write_config
@@ -250,6 +251,20 @@ def test_an_old_line_that_cannot_be_marked_is_a_warning_not_an_error(agent: Agen
     new = (workspace / "memory/2026-10-02.md").read_text()
     [s] = parse_supersessions(new, "memory/2026-10-02.md")
     assert (s.old_path, s.old_line, s.new_path, s.new_line) == ("MEMORY.md", 3, "memory/2026-10-02.md", 3)
+
+
+def test_a_line_another_writer_superseded_meanwhile_keeps_one_mark(agent: AgentConfig, workspace: Path) -> None:
+    """Two writers located the same line; the second to mark it finds it superseded already: it says so, and the
+    line keeps the first mark only."""
+    write(workspace / OLD, DAY)
+    ws = Workspace(workspace, ())
+    target = locate(ws, f"{OLD}#L3")
+    mark(ws, target, "memory/2026-10-02.md#L3", "2026-10-02", lock=".mdmemory.lock", timeout=5)
+    with pytest.raises(WorkspaceError, match=r"superseded by memory/2026-10-02.md#L3 by another writer"):
+        mark(ws, target, "memory/2026-10-02.md#L4", "2026-10-02", lock=".mdmemory.lock", timeout=5)
+    assert (workspace / OLD).read_text().splitlines()[2] == (
+        "- [09:10] Priya lives in Berlin (superseded 2026-10-02 → memory/2026-10-02.md#L3)"
+    )
 
 
 def test_redact_secrets_stores_markers_and_says_so(agent: AgentConfig, workspace: Path) -> None:

@@ -130,6 +130,16 @@ def _find(pieces: list[bytes], target: Target) -> int:
     if target.line <= len(lines) and lines[target.line - 1] == target.text:
         return target.line
     where = [n for n, text in enumerate(lines, start=1) if text == target.text]
+    if not where and target.line <= len(lines):
+        now = lines[target.line - 1]
+        marks = [m for m in parse_supersessions(now, target.path) if (m.old_path, m.old_line) == (target.path, 1)]
+        if marks and strip_markers(now) == strip_markers(target.text):  # another writer superseded it meanwhile
+            by = next((f" by {m.new_path}#L{m.new_line}" for m in marks if m.new_path), "")
+            raise WorkspaceError(
+                f"{target.ref} was superseded{by} by another writer while the new fact was written; it keeps that "
+                "mark only, and the new fact its own '(supersedes ...)'. Fix: if the new fact is the current one, "
+                "mark the other line superseded by it (see docs/truth.md)"
+            )
     if len(where) != 1:
         raise WorkspaceError(
             f"{target.ref} changed while the new fact was written (edited by hand?) and its line cannot be found "
