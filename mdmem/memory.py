@@ -212,11 +212,17 @@ class Memory:
 
     # -- agent integration (mdmem.agent) ---------------------------------------------------------
     def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | str | None = None, *, session_kind: SessionKind = "main"
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str | None = None,
+        *,
+        session_kind: SessionKind = "main",
+        tools: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """Run memory_search / memory_pack / memory_get / memory_status; errors come back as ``{..., error}``,
-        never raised. ``session_kind`` is the session the call comes from (citations ``auto``)."""
-        return integration.call_tool(self, name, arguments, session_kind=session_kind)
+        """Run a tool (memory_search, memory_get, memory_pack, memory_truth, memory_status, memory_remember);
+        errors come back as ``{..., error}``, never raised. ``session_kind`` is the session the call comes from
+        (citations ``auto``); ``tools``, the tools the runtime offered (others are refused; default: all)."""
+        return integration.call_tool(self, name, arguments, session_kind=session_kind, tools=tools)
 
     def session_context(self, kind: SessionKind = "main", today: date | str | None = None) -> dict[str, Any]:
         """Today's and yesterday's daily logs, plus MEMORY.md for ``main`` only (never ``group``), size-bounded."""
@@ -233,11 +239,21 @@ class Memory:
         broken?}], backlinks: [{ref, to}], aliases}`` (docs/truth.md)."""
         return self.engine.links(path)
 
-    def remember(self, text: str, long_term: bool = False, supersedes: str | None = None) -> dict[str, Any]:
+    def remember(
+        self, text: str, long_term: bool = False, supersedes: str | None = None, *, redact_secrets: bool = False
+    ) -> dict[str, Any]:
         """Append a timestamped line to today's log (or MEMORY.md); the next search or sync indexes it.
-        ``supersedes`` (``path#L<n>``): the new fact replaces that line, which is marked with a link to it."""
+        ``supersedes`` (``path#L<n>``): the new fact replaces that line, which is marked with a link to it.
+        ``redact_secrets``: store secrets in ``text`` as ``[REDACTED:<kind>]`` (the tool and the service do)."""
         indexed = self.engine.indexed_lines if supersedes is not None else None
-        return integration.remember(self.agent, text, long_term=long_term, supersedes=supersedes, indexed=indexed)
+        return integration.remember(
+            self.agent,
+            text,
+            long_term=long_term,
+            supersedes=supersedes,
+            indexed=indexed,
+            redact_secrets=redact_secrets,
+        )
 
     def check_flush(
         self, session_key: str, total_tokens: int, context_window: int, *, writable: bool | None = None

@@ -180,7 +180,7 @@ def test_path_errors_keep_the_get_shape(mem: Memory) -> None:
 def test_unknown_tool(mem: Memory) -> None:
     assert call_tool(mem, "memory_delete", {}) == {
         "error": "unknown tool 'memory_delete'; mdmem provides memory_search, memory_get, memory_pack, "
-        "memory_truth, memory_status"
+        "memory_truth, memory_status, memory_remember"
     }
 
 

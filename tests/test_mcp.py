@@ -23,6 +23,7 @@ anyio = pytest.importorskip("anyio")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 
 Session = Callable[[ClientSession], Awaitable[None]]
+READ = ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
 
 
 @pytest.fixture
@@ -69,11 +70,11 @@ def test_real_client_lists_and_calls_the_tools(config: Path, isolated_env: Path)
     drive(["-m", "mdmem.mcp.server", "--config", str(config)], isolated_env, body)
 
     tools = {t["name"]: t for t in seen["tools"]}
-    assert list(tools) == ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
-    for expected in tool_definitions("mcp"):
+    assert list(tools) == [*READ, "memory_remember"]
+    for expected in tool_definitions("mcp", write=True):
         assert tools[expected["name"]]["inputSchema"] == expected["inputSchema"]
         assert tools[expected["name"]]["description"] == expected["description"]
-        assert tools[expected["name"]]["annotations"]["readOnlyHint"] is True
+        assert tools[expected["name"]]["annotations"]["readOnlyHint"] is (expected["name"] != "memory_remember")
 
     search = structured(seen["search"])
     assert seen["search"].is_error is False
@@ -151,13 +152,65 @@ def test_through_the_command_line_and_without_loading_a_model(
         seen["after"] = await session.call_tool("memory_get", {"path": "MEMORY.md", "from": 3})
 
     drive(["-m", "tests.agent_helpers", "mcp", "--config", str(cfg)], isolated_env, body)
-    assert seen["names"] == ["memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status"]
+    assert seen["names"] == [*READ, "memory_remember"]
     assert structured(seen["get"])["text"] == "# Long-term memory\n\n- fact\n"
     search = structured(seen["search"])  # the model cannot be created: keyword results and a loud warning, no crash
     assert seen["search"].is_error is False and search["mode"] == "keyword" and search["provider"] == "none"
     assert search["results"][0]["path"] == "MEMORY.md"
     assert any(str(missing) in w and "provider unavailable" in w for w in search["warnings"])
     assert structured(seen["after"]) == {"path": "MEMORY.md", "text": "- fact\n"}
+
+
+def test_remember_with_supersedes_then_truth_over_mdmem_mcp(config: Path, workspace: Path, isolated_env: Path) -> None:
+    """``python -m mdmem mcp``: the model searches, writes the changed fact with ``supersedes`` set to the ref it
+    found, and memory_truth gives the new line as current with the old one as its history."""
+    old = "memory/2026-03-09.md"
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        seen["search"] = await session.call_tool("memory_search", {"query": "vet Pixel Thursday"})
+        hit = structured(seen["search"])["results"][0]
+        seen["remember"] = await session.call_tool(
+            "memory_remember",
+            {"text": "Moved the vet for Pixel to Friday", "supersedes": f"{hit['path']}#L{hit['endLine']}"},
+        )
+        seen["truth"] = await session.call_tool("memory_truth", {"subject": "Pixel vet"})
+        seen["again"] = await session.call_tool(
+            "memory_remember", {"text": "Moved the vet to Saturday", "supersedes": f"{old}#L3"}
+        )
+        seen["bad"] = await session.call_tool("memory_remember", {"text": "x", "long_term": True})
+
+    drive(["-m", "mdmem", "mcp", "--config", str(config)], isolated_env, body)
+    assert structured(seen["search"])["results"][0]["path"] == old
+    remembered = structured(seen["remember"])
+    assert seen["remember"].is_error is False, remembered
+    new_ref = remembered["ref"]
+    assert remembered["supersedes"] == f"{old}#L3" and remembered["marked"] is True
+    assert remembered["line"].endswith(f"Moved the vet for Pixel to Friday (supersedes {old}#L3)")
+    assert (workspace / old).read_text().splitlines()[2].endswith(f" → {new_ref})")
+    [fact] = structured(seen["truth"])["facts"]
+    assert fact["current"]["ref"] == new_ref and "Friday" in fact["current"]["text"]
+    assert [(v["ref"], v["supersededOn"] is not None) for v in fact["history"]] == [(f"{old}#L3", True)]
+    again = structured(seen["again"])
+    assert seen["again"].is_error is True and f"already superseded by {new_ref}" in again["error"]
+    assert (again["path"], again["ref"]) == ("", "")
+    bad = structured(seen["bad"])
+    assert seen["bad"].is_error is True and "did you mean 'longTerm'" in bad["error"]
+
+
+def test_read_only_hides_and_refuses_the_write_tool(config: Path, workspace: Path, isolated_env: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession) -> None:
+        seen["names"] = [t.name for t in (await session.list_tools()).tools]
+        seen["call"] = await session.call_tool("memory_remember", {"text": "Pixel moved to Friday"})
+
+    before = sorted(p.name for p in (workspace / "memory").iterdir())
+    drive(["-m", "mdmem", "mcp", "--config", str(config), "--read-only"], isolated_env, body)
+    assert seen["names"] == READ
+    call = structured(seen["call"])
+    assert seen["call"].is_error is True and call["error"].startswith("memory_remember is not offered here")
+    assert sorted(p.name for p in (workspace / "memory").iterdir()) == before
 
 
 def test_importing_and_building_the_server_loads_no_embedding_backend(config: Path) -> None:

@@ -35,6 +35,7 @@ def test_creates_today_s_log_with_a_heading(tmp_path: Path, agent: AgentConfig) 
     assert result == {
         "path": "memory/2026-03-09.md",
         "line": "- [14:03] Dana prefers oat milk",
+        "ref": "memory/2026-03-09.md#L3",
         "created": True,
         "indexed": False,
     }

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,8 +16,10 @@ from typing import Any
 import pytest
 
 from mdmem.agent.remember import remember
+from mdmem.agent.supersede import StaleReference, locate, mark
 from mdmem.config.load import AgentConfig
 from mdmem.files.supersession import Supersession, parse_ref, parse_supersessions, strip_markers
+from mdmem.files.workspace import Workspace
 from mdmem.memory import Memory
 from mdmem.util.errors import ConfigError, WorkspaceError
 from tests.agent_helpers import agent_config, run_cli, write_config
@@ -124,6 +128,7 @@ def test_supersedes_marks_the_old_line_and_nothing_else(agent: AgentConfig, work
         "indexed": False,
         "ref": "memory/2026-10-02.md#L3",
         "supersedes": f"{OLD}#L3",
+        "marked": True,
     }
     marked = b"- [09:10] Priya lives in Berlin (superseded 2026-10-02 \xe2\x86\x92 memory/2026-10-02.md#L3)\r\n"
     assert (workspace / OLD).read_bytes() == raw.replace(b"- [09:10] Priya lives in Berlin\r\n", marked)
@@ -179,7 +184,7 @@ def test_an_already_superseded_line_is_refused(agent: AgentConfig, workspace: Pa
     write(workspace / OLD, DAY)
     remember(agent, "Priya is back in Lisbon", at=AT, supersedes=f"{OLD}#L3")
     before = (workspace / OLD).read_text(), (workspace / "memory/2026-10-02.md").read_text()
-    with pytest.raises(ConfigError, match="already superseded by memory/2026-10-02.md#L3"):
+    with pytest.raises(StaleReference, match="already superseded by memory/2026-10-02.md#L3"):
         remember(agent, "Priya moved to Porto", at=AT, supersedes=f"{OLD}#L3")
     assert ((workspace / OLD).read_text(), (workspace / "memory/2026-10-02.md").read_text()) == before
 
@@ -211,10 +216,72 @@ def test_a_line_changed_by_hand_since_indexing_is_refused(make_memory: Callable[
     mem.sync()
     edited = DAY.replace("Priya lives in Berlin", "Priya lives in Hamburg")
     write(workspace / OLD, edited)
-    with pytest.raises(ConfigError, match="changed since it was indexed"):
+    with pytest.raises(StaleReference, match="changed since it was indexed"):
         mem.remember("Priya is back in Lisbon", supersedes=f"{OLD}#L3")
     assert (workspace / OLD).read_text() == edited
     assert not any(p.name != "2026-03-01.md" for p in (workspace / "memory").iterdir())
+
+
+def test_an_old_line_that_cannot_be_marked_is_a_warning_not_an_error(agent: AgentConfig, workspace: Path) -> None:
+    """The new line is written first: when the old one cannot be marked then (its folder's lock held by another
+    process past the timeout), the answer says so and the new line's own mark records the change; no error
+    that a caller would retry, writing the fact twice."""
+    write(workspace / "MEMORY.md", "# Long-term memory\n\n- Priya lives in Berlin\n")
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+            "print('held', flush=True); time.sleep(60)",
+            str(workspace / ".mdmemory.lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        result = remember(agent, "Priya is back in Lisbon", at=AT, supersedes="MEMORY.md#L3", timeout=0.5)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (result["ref"], result["supersedes"], result["marked"]) == ("memory/2026-10-02.md#L3", "MEMORY.md#L3", False)
+    [warning] = result["warnings"]
+    assert "MEMORY.md#L3 was not marked superseded" in warning and "stayed locked" in warning
+    assert (workspace / "MEMORY.md").read_text() == "# Long-term memory\n\n- Priya lives in Berlin\n"
+    new = (workspace / "memory/2026-10-02.md").read_text()
+    [s] = parse_supersessions(new, "memory/2026-10-02.md")
+    assert (s.old_path, s.old_line, s.new_path, s.new_line) == ("MEMORY.md", 3, "memory/2026-10-02.md", 3)
+
+
+def test_a_line_another_writer_superseded_meanwhile_keeps_one_mark(agent: AgentConfig, workspace: Path) -> None:
+    """Two writers located the same line; the second to mark it finds it superseded already: it says so, and the
+    line keeps the first mark only."""
+    write(workspace / OLD, DAY)
+    ws = Workspace(workspace, ())
+    target = locate(ws, f"{OLD}#L3")
+    mark(ws, target, "memory/2026-10-02.md#L3", "2026-10-02", lock=".mdmemory.lock", timeout=5)
+    with pytest.raises(WorkspaceError, match=r"superseded by memory/2026-10-02.md#L3 by another writer"):
+        mark(ws, target, "memory/2026-10-02.md#L4", "2026-10-02", lock=".mdmemory.lock", timeout=5)
+    assert (workspace / OLD).read_text().splitlines()[2] == (
+        "- [09:10] Priya lives in Berlin (superseded 2026-10-02 → memory/2026-10-02.md#L3)"
+    )
+
+
+def test_redact_secrets_stores_markers_and_says_so(agent: AgentConfig, workspace: Path) -> None:
+    key = "sk-proj-" + "Zq8xW3vB7nK2mR5tY9pL4cJ6hF1dS0aG"
+    write(workspace / OLD, DAY)
+    result = remember(
+        agent, f"Priya's deploy key is {key}\nrotated monthly", at=AT, supersedes=f"{OLD}#L3", redact_secrets=True
+    )
+    stored = (workspace / "memory/2026-10-02.md").read_text()
+    assert key not in stored and key not in json.dumps(result)
+    assert result["line"] == (
+        f"- [09:30] Priya's deploy key is [REDACTED:openai_key] (supersedes {OLD}#L3)\n  rotated monthly"
+    )
+    assert stored.endswith(result["line"] + "\n")
+    assert "1 secret(s) (openai_key)" in result["warnings"][0]
+    plain = remember(agent, f"the key is {key}", at=AT)  # a person's own note keeps what they wrote
+    assert key in plain["line"] and "warnings" not in plain
 
 
 def _remember_many(agent: AgentConfig, worker: int, count: int, start: Any) -> None:
@@ -335,3 +402,20 @@ def test_a_pack_brings_the_current_line_the_search_did_not_find(
     assert items[1]["supersededBy"][0]["by"] == "memory/2026-10-02.md#L3"
     off = make_memory({"query": {"currentFirst": False}}, provider="none")
     assert [i["path"] for i in off.pack("where does Priya live", budget_tokens=200)["items"]] == [OLD]
+
+
+@both_backends
+def test_a_current_line_the_search_ranked_below_min_score_is_packed_first(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
+    """The search found the replacement too, but below minScore (it shares one word with the question): moved up
+    before the old line, it is scored as the hit that brought it, so the pack's threshold keeps it."""
+    write(workspace / OLD, DAY)
+    write(
+        workspace / "memory/2026-10-02.md", f"# 2026-10-02\n\n- [09:30] Priya is back in Lisbon (supersedes {OLD}#L3)\n"
+    )
+    mem = make_memory()  # hybrid: minScore applies
+    found = {r["path"]: r for r in mem.search("where does Priya live", min_score=0)["results"]}
+    assert found["memory/2026-10-02.md"]["score"] < mem.agent.memory_search.query.min_score <= found[OLD]["score"]
+    items = mem.pack("where does Priya live", budget_tokens=300)["items"]
+    assert [i["path"] for i in items][:2] == ["memory/2026-10-02.md", OLD]

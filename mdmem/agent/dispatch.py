@@ -6,7 +6,7 @@ that goes wrong comes back in it as ``error`` so a runtime can hand it to the mo
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mdmem.agent.schemas import ALL_TOOLS, DEFAULT_PACK_BUDGET, TOOLS, validate_arguments
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class ToolTarget(Protocol):
-    """What the tools run on (a ``ToolTarget``): its search, get, pack and status."""
+    """What the tools run on: its search, get, pack, truth, status and remember (a ``Memory``)."""
 
     def search(
         self,
@@ -37,6 +37,10 @@ class ToolTarget(Protocol):
 
     def truth(self, subject: str, max_facts: int = ...) -> dict[str, Any]: ...
 
+    def remember(
+        self, text: str, long_term: bool = ..., supersedes: str | None = ..., *, redact_secrets: bool = ...
+    ) -> dict[str, Any]: ...
+
 
 def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The result shape of tool ``name`` carrying ``error`` (``{error}`` for an unknown tool)."""
@@ -50,6 +54,8 @@ def error_result(name: str, message: str, arguments: Mapping[str, Any] | None = 
     if name == "memory_truth":
         subject = (arguments or {}).get("subject")
         return {"subject": subject if isinstance(subject, str) else "", "facts": [], "error": message}
+    if name == "memory_remember":  # nothing was written
+        return {"path": "", "ref": "", "error": message}
     return {"error": message}
 
 
@@ -59,29 +65,42 @@ def call_tool(
     arguments: Mapping[str, Any] | str | None = None,
     *,
     session_kind: SessionKind = "main",
+    tools: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """Run tool ``name`` with ``arguments`` (a dict, a JSON object string as OpenAI sends it, or None).
 
     Always returns the tool's result shape: memory_search ``{results, provider, model, mode, ...}``,
     memory_get ``{path, text}``, memory_pack ``{query, budgetTokens, usedTokens, items, bundleText, ...}``,
-    memory_status the status object. Invalid arguments, unknown tools and failures return that shape with
-    an ``error`` saying what to change; no exception escapes. ``session_kind`` is the kind of session the
-    call comes from: ``main`` (private) or ``group``; memory_search cites its results per ``query.citations``.
+    memory_truth ``{subject, facts}``, memory_status the status object, memory_remember ``{path, line, ref,
+    ...}`` (its text stored with secrets redacted). Invalid arguments, unknown tools and failures return that
+    shape with an ``error`` saying what to change (secrets in it redacted); no exception escapes.
+    ``session_kind`` is the kind of session the call comes from: ``main`` (private) or ``group``; memory_search
+    cites its results per ``query.citations``. ``tools``: the tools the caller offered (default: all); a call of
+    another one is refused, so a model cannot write through a tool that was never offered to it.
     """
-    if not isinstance(name, str) or name not in TOOLS:
-        known = ", ".join(ALL_TOOLS)
-        return {"error": f"unknown tool {name!r}; mdmem provides {known}"}
+    offered = ALL_TOOLS if tools is None else tuple(n for n in ALL_TOOLS if n in tools)
+    if isinstance(name, str) and name in TOOLS and name not in offered:
+        return error_result(name, f"{name} is not offered here (read-only); the tools are {', '.join(offered)}")
+    if not isinstance(name, str) or name not in offered:
+        return {"error": f"unknown tool {name!r}; mdmem provides {', '.join(offered)}"}
     args, problem = _parse_arguments(arguments)
     if problem is None:
         problem = validate_arguments(TOOLS[name]["input"], args)
     if problem is not None:
-        return error_result(name, f"invalid arguments for {name}: {problem}", args)
+        return error_result(name, _redacted(f"invalid arguments for {name}: {problem}"), args)
     try:
         return _RUNNERS[name](memory, args, session_kind)
     except MdMemoryError as exc:
-        return error_result(name, str(exc), args)
+        return error_result(name, _redacted(str(exc)), args)
     except Exception as exc:  # noqa: BLE001 - the contract: errors are results, never exceptions
-        return error_result(name, f"internal error ({type(exc).__name__}): {exc}", args)
+        return error_result(name, _redacted(f"internal error ({type(exc).__name__}): {exc}"), args)
+
+
+def _redacted(message: str) -> str:
+    """An error as the model sees it: it may quote an argument or a line of a file, never a secret in it."""
+    from mdmem.util.redaction import redact  # only for an error: the import costs ~40 ms
+
+    return redact(message)
 
 
 def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[str, Any], str | None]:
@@ -130,10 +149,17 @@ def _status(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict
     return memory.status()
 
 
+def _remember(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    return memory.remember(
+        args["text"], long_term=args.get("longTerm", False), supersedes=args.get("supersedes"), redact_secrets=True
+    )
+
+
 _RUNNERS: dict[str, Callable[[ToolTarget, dict[str, Any], SessionKind], dict[str, Any]]] = {
     "memory_search": _search,
     "memory_get": _get,
     "memory_pack": _pack,
     "memory_truth": _truth,
     "memory_status": _status,
+    "memory_remember": _remember,
 }

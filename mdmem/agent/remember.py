@@ -39,6 +39,10 @@ LONG_TERM_HEADING = "# Long-term memory"
 MAX_NOTE_BYTES = 64 * 1024  # a note, not a document: larger texts belong in a file of their own
 
 
+class FileFull(WorkspaceError):
+    """The note would push its file over ``memorySearch.maxFileBytes``; nothing written (the service answers 409)."""
+
+
 def remember(
     agent: AgentConfig,
     text: str,
@@ -48,22 +52,39 @@ def remember(
     timeout: float = LOCK_TIMEOUT_SECONDS,
     supersedes: str | None = None,
     indexed: IndexedLines | None = None,
+    redact_secrets: bool = False,
 ) -> dict[str, Any]:
-    """Append ``text`` as one timestamped list item and return ``{path, line, created, indexed}``.
+    """Append ``text`` as one timestamped list item and return ``{path, line, ref, created, indexed}``.
 
     Daily log (default): ``- [HH:MM] text`` in ``memory/YYYY-MM-DD.md`` (today in ``userTimezone``).
     ``long_term``: ``- [YYYY-MM-DD HH:MM] text`` in ``MEMORY.md`` (or an existing ``memory.md``).
     Further lines of a multi-line ``text`` are indented so the entry stays one list item.
-    ``indexed`` is always False: the next search or sync indexes the line.
+    ``ref`` is the new line's ``path#L<m>``; ``indexed`` is always False: the next search or sync indexes the line.
 
     ``supersedes`` (``path#L<n>``): the new fact replaces that line. The new line ends with
     `` (supersedes path#L<n>)`` and the old one gets `` (superseded YYYY-MM-DD → new path#L<m>)``, nothing else of
-    its file changing (mdmem.agent.supersede); the answer adds ``ref`` (the new line's ``path#L<m>``) and
-    ``supersedes`` (the old line's ``path#L<n>``, where it was marked). ``indexed`` gives the lines the index
-    holds for a file, to find an old line a hand edit moved.
+    its file changing (mdmem.agent.supersede); the answer adds ``supersedes`` (the old line's ``path#L<n>``,
+    where it was marked) and ``marked``. ``indexed`` gives the lines the index holds for a file, to find an old
+    line a hand edit moved. A reference that names no line to supersede raises ``ConfigError``
+    (``StaleReference`` when the line is already superseded or changed since it was indexed), nothing written.
+    Once the new line is written the call does not fail: were the old line not markable then (removed or
+    rewritten meanwhile, its lock held too long), the answer has ``marked: false`` and a warning, the new line's
+    own mark recording the change (an error would invite a retry, and a second copy of the fact).
+
+    ``redact_secrets``: secrets in ``text`` are stored as ``[REDACTED:<kind>]`` (mdmem.util.redaction), and a
+    warning says so: for text a model or a proxy sends (the memory_remember tool, the service's ``/remember``);
+    a person's own ``mdmem remember`` keeps what they wrote, as a hand edit would.
     """
     if not isinstance(text, str) or not text.strip():
         raise ConfigError("nothing to remember: the text is empty. Fix: pass the note to store.")
+    warnings: list[str] = []
+    if redact_secrets:
+        text, kinds = _redacted(text)
+        if kinds:
+            warnings.append(
+                f"the text held {len(kinds)} secret(s) ({', '.join(sorted(set(kinds)))}), stored as [REDACTED:<kind>]: "
+                "memory is no place for credentials. Fix: keep secrets in a secret store and remember where they are"
+            )
     size = len(text.strip().encode("utf-8", "surrogatepass"))
     if size > MAX_NOTE_BYTES:
         raise ConfigError(
@@ -86,13 +107,28 @@ def remember(
     created, number = append_numbered(
         workspace.root, rel, line, heading=heading, timeout=timeout, max_file_bytes=agent.memory_search.max_file_bytes
     )
-    result: dict[str, Any] = {"path": rel, "line": line, "created": created, "indexed": False}
+    ref = f"{rel}#L{number}"
+    result: dict[str, Any] = {"path": rel, "line": line, "ref": ref, "created": created, "indexed": False}
     if target is not None:
-        marked = supersede.mark(
-            workspace, target, f"{rel}#L{number}", moment.date().isoformat(), lock=LOCK_NAME, timeout=timeout
-        )
-        result.update(ref=f"{rel}#L{number}", supersedes=marked.ref)
+        try:
+            marked = supersede.mark(workspace, target, ref, moment.date().isoformat(), lock=LOCK_NAME, timeout=timeout)
+            result.update(supersedes=marked.ref, marked=True)
+        except (WorkspaceError, LockError, OSError) as exc:  # the new line is written: say so, never fail now
+            result.update(supersedes=target.ref, marked=False)
+            warnings.append(
+                f"{target.ref} was not marked superseded ({exc}). The new line's own '(supersedes {target.ref})' "
+                "records the change: search, packs and truth read it"
+            )
+    if warnings:
+        result["warnings"] = warnings
     return result
+
+
+def _redacted(text: str) -> tuple[str, list[str]]:
+    from mdmem.util.redaction import find_secrets, redact  # only for a tool's or the service's text
+
+    kinds = [kind for _, _, kind in find_secrets(text)]
+    return (redact(text, keep_lines=True) if kinds else text), kinds
 
 
 def append_line(
@@ -158,7 +194,7 @@ def _append(folder: Folder, name: str, line: str, heading: str, max_file_bytes: 
         if max_file_bytes is not None and size + len(data) > max_file_bytes:
             if not existed:
                 os.unlink(name, dir_fd=folder.fd)
-            raise WorkspaceError(
+            raise FileFull(
                 f"{folder.shown(name)} would grow to {size + len(data)} bytes, over maxFileBytes ({max_file_bytes}), "
                 "and drop out of search; nothing was written. Fix: move older notes of that file into another "
                 "file under memory/, or raise agents.defaults.memorySearch.maxFileBytes."

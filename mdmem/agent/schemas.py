@@ -1,8 +1,10 @@
 """Tool definitions for agent runtimes, and the validation of a call's arguments against them.
 
-``tool_definitions(format)`` gives memory_search / memory_get / memory_pack (and, for MCP, memory_status) as OpenAI,
-Anthropic or MCP tool objects built from one set of JSON Schemas; ``validate_arguments`` checks a call's
-arguments against those schemas (mdmem.agent.dispatch runs the tools).
+``tool_definitions(format)`` gives memory_search / memory_get / memory_pack (and, for MCP, memory_truth and
+memory_status) as OpenAI, Anthropic or MCP tool objects built from one set of JSON Schemas; the write tool
+memory_remember only when asked for by name (``WRITE_TOOLS``: a runtime that offered read tools never offers a
+write one unawares). ``validate_arguments`` checks a call's arguments against those schemas
+(mdmem.agent.dispatch runs the tools).
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ __all__ = [
     "ALL_TOOLS",
     "DEFAULT_PACK_BUDGET",
     "PACK_KINDS",
+    "READ_TOOLS",
+    "REMEMBER_INPUT",
     "TOOLS",
+    "WRITE_TOOLS",
     "check_search_arguments",
     "tool_definitions",
     "validate_arguments",
@@ -28,7 +33,9 @@ __all__ = [
 ToolFormat = Literal["openai", "anthropic", "mcp"]
 FORMATS: tuple[ToolFormat, ...] = ("openai", "anthropic", "mcp")
 AGENT_TOOLS = ("memory_search", "memory_get", "memory_pack")  # what a model needs; memory_status is for operators
-ALL_TOOLS = (*AGENT_TOOLS, "memory_truth", "memory_status")
+READ_TOOLS = (*AGENT_TOOLS, "memory_truth", "memory_status")
+WRITE_TOOLS = ("memory_remember",)  # writes the memory files: offered only when asked for
+ALL_TOOLS = (*READ_TOOLS, *WRITE_TOOLS)
 
 SEARCH_DESCRIPTION = (
     "Search your long-term memory: MEMORY.md (curated facts, decisions, preferences) and the daily logs "
@@ -68,7 +75,47 @@ TRUTH_DESCRIPTION = (
     "'(superseded ...)' or struck through is history, not current. Cite the ref of what you use."
 )
 
+REMEMBER_DESCRIPTION = (
+    "Write one fact, decision, preference or to-do into your long-term memory, as a timestamped line of today's "
+    "log memory/YYYY-MM-DD.md (longTerm: true for MEMORY.md, the curated facts). Call it when you are asked to "
+    "remember something or learn something worth keeping; one self-contained statement per call, naming who or "
+    "what it is about. When it changes a fact already in memory (someone moved, a server was replaced, a "
+    "decision reversed), pass supersedes: the ref (path#L<n>) of the old line as memory_search, memory_pack or "
+    "memory_truth cite it; the old line is then marked superseded, with a link to the new one, and stays as "
+    "history. Do not write a second copy of a fact that did not change, and never store passwords or keys "
+    "(they are stored redacted). Returns {path, line, ref}: ref cites the new line."
+)
+
 STATUS_INPUT: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+REMEMBER_INPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "text": {"type": "string", "minLength": 1, "description": "the fact to store, one self-contained statement"},
+        "longTerm": {"type": "boolean", "description": "true: MEMORY.md; default false: today's log"},
+        "supersedes": {
+            "type": "string",
+            "minLength": 1,
+            "description": "the ref (path#L<n>) of the line this fact replaces, e.g. memory/2026-03-01.md#L3",
+        },
+    },
+    "required": ["text"],
+    "additionalProperties": False,
+}
+REMEMBER_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "line": {"type": "string"},
+        "ref": {"type": "string"},
+        "created": {"type": "boolean"},
+        "indexed": {"type": "boolean"},
+        "supersedes": {"type": "string"},
+        "marked": {"type": "boolean"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "error": {"type": "string"},
+    },
+    "required": ["path", "ref"],
+}
 TRUTH_INPUT: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -204,6 +251,7 @@ TOOLS: dict[str, dict[str, Any]] = {
     "memory_pack": {"description": PACK_DESCRIPTION, "input": PACK_INPUT, "output": PACK_OUTPUT},
     "memory_truth": {"description": TRUTH_DESCRIPTION, "input": TRUTH_INPUT, "output": TRUTH_OUTPUT},
     "memory_status": {"description": STATUS_DESCRIPTION, "input": STATUS_INPUT, "output": STATUS_OUTPUT},
+    "memory_remember": {"description": REMEMBER_DESCRIPTION, "input": REMEMBER_INPUT, "output": REMEMBER_OUTPUT},
 }
 _TITLES = {
     "memory_search": "Search memory",
@@ -211,10 +259,16 @@ _TITLES = {
     "memory_pack": "Pack memory context",
     "memory_truth": "Current truth",
     "memory_status": "Memory status",
+    "memory_remember": "Remember",
 }
+_READ_HINTS = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+# appends a line (and marks a superseded one): no destructive update, but a second call writes a second line
+_WRITE_HINTS = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": False}
 
 
-def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+def tool_definitions(
+    fmt: ToolFormat = "openai", names: tuple[str, ...] | None = None, *, write: bool = False
+) -> list[dict[str, Any]]:
     """The tools as ``fmt`` expects them; each call returns fresh objects (safe to modify).
 
     - ``openai``: Chat Completions ``[{type: "function", function: {name, description, parameters}}]``;
@@ -222,11 +276,17 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
     - ``mcp``: ``[{name, title, description, inputSchema, outputSchema, annotations}]``.
 
     ``names`` defaults to memory_search, memory_get and memory_pack, plus memory_truth and memory_status for
-    ``mcp`` (any of them by name: ``names=("memory_search", "memory_truth")``).
+    ``mcp``: the read-only tools; ``write`` adds the write tool memory_remember. Any of them by name:
+    ``names=("memory_search", "memory_truth")``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool format {fmt!r}; use one of {', '.join(FORMATS)}")
-    chosen = names if names is not None else (ALL_TOOLS if fmt == "mcp" else AGENT_TOOLS)
+    chosen = names if names is not None else (READ_TOOLS if fmt == "mcp" else AGENT_TOOLS)
+    if write:
+        chosen = (*chosen, *(n for n in WRITE_TOOLS if n not in chosen))
+    unknown = [n for n in chosen if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"unknown tool {unknown[0]!r}; mdmem provides {', '.join(ALL_TOOLS)}")
     out: list[dict[str, Any]] = []
     for name in chosen:
         spec = TOOLS[name]
@@ -237,7 +297,7 @@ def tool_definitions(fmt: ToolFormat = "openai", names: tuple[str, ...] | None =
         elif fmt == "anthropic":
             out.append({"name": name, "description": spec["description"], "input_schema": schema})
         else:
-            hints = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+            hints = _WRITE_HINTS if name in WRITE_TOOLS else _READ_HINTS
             out.append(
                 {
                     "name": name,

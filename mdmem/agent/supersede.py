@@ -23,18 +23,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from mdmem.files.supersession import marker, parse_supersessions
+from mdmem.files.supersession import marker, parse_supersessions, strip_markers
 from mdmem.files.workspace import Workspace
 from mdmem.util.errors import ConfigError, WorkspaceError
 from mdmem.util.filewrite import Folder
 
-__all__ = ["IndexedLines", "Target", "locate", "mark"]
+__all__ = ["BadReference", "IndexedLines", "StaleReference", "Target", "locate", "mark"]
 
 IndexedLines = Callable[[str], "list[str] | None"]
 """The lines of a file as the index holds them (None: not indexed), to find a line a hand edit moved."""
 
 _REF = re.compile(r"^(?P<path>.+?)(?:#L(?P<start>\d+)(?:-L?(?P<end>\d+))?|:(?P<colon>\d+))$")
 _RETRIES = 5
+
+
+class BadReference(WorkspaceError):
+    """The reference names no memory file inside the workspace (missing, outside, not Markdown, ``..``): the
+    caller's mistake, nothing written (the service answers 400)."""
+
+
+class StaleReference(ConfigError):
+    """The cited line cannot be superseded as its file is now: it is already superseded, or it was changed since
+    it was indexed. Nothing was written; searching again gives the current line (the service answers 409)."""
 
 
 @dataclass(frozen=True)
@@ -61,9 +71,12 @@ def locate(workspace: Workspace, ref: str, indexed: IndexedLines | None = None) 
         )
     start = int(found["start"] or found["colon"])
     end = int(found["end"] or start)
-    path = workspace.resolve_for_read(found["path"])
+    try:
+        path = workspace.resolve_for_read(found["path"])
+    except WorkspaceError as exc:
+        raise BadReference(f"supersedes: {exc}") from None
     if not path.is_relative_to(workspace.root):
-        raise WorkspaceError(
+        raise BadReference(
             f"supersedes: {found['path']} is outside the workspace {workspace.root}: mdmem marks lines only "
             "in files inside the workspace. Fix: supersede the fact by hand in that file (see docs/truth.md)"
         )
@@ -75,7 +88,7 @@ def locate(workspace: Workspace, ref: str, indexed: IndexedLines | None = None) 
         )
     facts = [n for n in range(start, min(end, len(lines)) + 1) if _is_fact(lines[n - 1])]
     if len(facts) != 1:
-        cited = ", ".join(f"{rel}#L{n}" for n in facts[:8]) or "none"
+        cited = "; ".join(f"{rel}#L{n}: {_short(lines[n - 1])}" for n in facts[:8]) or "none"
         raise ConfigError(
             f"supersedes: {ref} holds {len(facts)} fact lines ({cited}). Fix: cite the one line to supersede"
         )
@@ -117,6 +130,16 @@ def _find(pieces: list[bytes], target: Target) -> int:
     if target.line <= len(lines) and lines[target.line - 1] == target.text:
         return target.line
     where = [n for n, text in enumerate(lines, start=1) if text == target.text]
+    if not where and target.line <= len(lines):
+        now = lines[target.line - 1]
+        marks = [m for m in parse_supersessions(now, target.path) if (m.old_path, m.old_line) == (target.path, 1)]
+        if marks and strip_markers(now) == strip_markers(target.text):  # another writer superseded it meanwhile
+            by = next((f" by {m.new_path}#L{m.new_line}" for m in marks if m.new_path), "")
+            raise WorkspaceError(
+                f"{target.ref} was superseded{by} by another writer while the new fact was written; it keeps that "
+                "mark only, and the new fact its own '(supersedes ...)'. Fix: if the new fact is the current one, "
+                "mark the other line superseded by it (see docs/truth.md)"
+            )
     if len(where) != 1:
         raise WorkspaceError(
             f"{target.ref} changed while the new fact was written (edited by hand?) and its line cannot be found "
@@ -133,8 +156,14 @@ def _read_lines(root: Path, rel: str) -> list[str]:
     except FileNotFoundError:
         raw = None
     if raw is None:
-        raise WorkspaceError(f"supersedes: {rel} does not exist. Fix: search again and cite a line of a memory file")
+        raise BadReference(f"supersedes: {rel} does not exist. Fix: search again and cite a line of a memory file")
     return [p.rstrip("\r") for p in raw.decode("utf-8", "replace").split("\n")]
+
+
+def _short(line: str, limit: int = 80) -> str:
+    """A line as an error quotes it, so the caller can pick one without reading the file again."""
+    line = line.strip()
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _is_fact(line: str) -> bool:
@@ -146,10 +175,12 @@ def _moved(rel: str, line: int, lines: list[str], indexed: IndexedLines | None) 
     held = indexed(rel) if indexed is not None else None
     if not held or line > len(held) or held[line - 1] == lines[line - 1] or not _is_fact(held[line - 1]):
         return line
+    if strip_markers(held[line - 1]) == strip_markers(lines[line - 1]):
+        return line  # only marked (superseded) since it was indexed: the same fact, which _check_current refuses
     where = [n for n, text in enumerate(lines, start=1) if text == held[line - 1]]
     if len(where) == 1:
         return where[0]
-    raise ConfigError(
+    raise StaleReference(
         f"supersedes: {rel}#L{line} changed since it was indexed (the file was edited): it was {held[line - 1]!r}, "
         f"it is now {lines[line - 1]!r}. Nothing was written. Fix: search again and cite the line's new reference"
     )
@@ -159,7 +190,7 @@ def _check_current(target: Target, text: str) -> None:
     for s in parse_supersessions(text, target.path):
         if s.old_path == target.path and s.old_line == target.line and s.path == target.path:
             by = f" by {s.new_path}#L{s.new_line}" if s.new_path else ""
-            raise ConfigError(
+            raise StaleReference(
                 f"supersedes: {target.ref} is already superseded{by}. Nothing was written. Fix: supersede the "
                 "current line instead (`mdmem truth` shows it)"
             )

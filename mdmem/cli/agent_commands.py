@@ -40,10 +40,12 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
 
     p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
     p.add_argument("--format", dest="tool_format", choices=FORMATS, default="openai", help="default: openai")
+    p.add_argument("--write", action="store_true", help="add memory_remember, which writes the memory files")
     p.set_defaults(func=cmd_tools, needs_memory=False)
 
     p = sub.add_parser("mcp", parents=[common], help="serve the memory tools over MCP (stdio)")
     p.add_argument("--kind", choices=KINDS, default="main", help="session kind served: main or group (citations)")
+    p.add_argument("--read-only", action="store_true", help="leave out memory_remember: the tools only read")
     p.set_defaults(func=cmd_mcp)
 
     flush = sub.add_parser("flush", help="pre-compaction memory flush: check, record, reset")
@@ -155,14 +157,14 @@ def _empty_pack(r: dict[str, Any]) -> str:
 
 
 def cmd_tools(args: argparse.Namespace, mem: Memory | None) -> Result:
-    result = {"format": args.tool_format, "tools": tool_definitions(args.tool_format)}
+    result = {"format": args.tool_format, "tools": tool_definitions(args.tool_format, write=args.write)}
     return result, lambda r: json.dumps(r["tools"], indent=2, ensure_ascii=False)
 
 
 def cmd_mcp(args: argparse.Namespace, mem: Memory) -> Result:
     from mdmem.mcp.server import run
 
-    run(mem, args.kind)
+    run(mem, args.kind, read_only=args.read_only)
     raise SystemExit(0)  # stdout belonged to the MCP client: print nothing after the session ends
 
 
@@ -230,5 +232,6 @@ def cmd_remember(args: argparse.Namespace, mem: Memory) -> Result:
 
 
 def _remembered(r: dict[str, Any]) -> str:
-    marked = f"\n{r['supersedes']}: marked superseded by {r['ref']}" if "supersedes" in r else ""
-    return f"{r['path']}: {r['line']}{marked}"
+    marked = [f"{r['supersedes']}: marked superseded by {r['ref']}"] if r.get("marked") else []
+    lines = [f"{r['path']}: {r['line']}", *marked]
+    return "\n".join(lines + [f"warning: {w}" for w in r.get("warnings", [])])

@@ -40,7 +40,7 @@ _FILLER = frozenset(
     "meanwhile lately has have had".split()
 )
 _PRONOUNS = frozenset("he she they it this that who which someone somebody one there".split())
-_DET = r"(?:its|their|his|her|our|my|the|your)"
+_DET = r"(?:(?:its|their|his|her|our|my|the|your) )?"  # optional
 # (frame, pattern over the folded words after the subject, fillers removed). The value follows the match;
 # a ``what`` group names the thing a ``uses`` frame is about.
 _FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -57,7 +57,7 @@ _FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("employer", r"(?:took|accepted|got) (?:a |an )?(?:new )?(?:job|offer|role|position) (?:at|from|with) "),
         ("employer", r"(?:was |got |is |were )?(?:hired|employed) (?:by|at) "),
         ("uses:", r"(?:is |are )?(?:uses|use|using|relies on|rely on) (?P<value>.+?) for (?P<what>\w+(?: \w+)?)\s*$"),
-        ("uses:", rf"(?:switched|moved|migrated|changed|ported|converted) (?:{_DET} )?(?P<what>\w+(?: \w+)?) (?:over )?to "),
+        ("uses:", rf"(?:switched|moved|migrated|changed|ported|converted) {_DET}(?P<what>\w+(?: \w+)?) (?:over )?to "),
         ("uses", r"(?:is |are )?(?:uses|use|using|relies on|rely on|runs on|run on|adopted) "),
         ("uses", r"(?:switched|migrated|changed|ported) (?:over )?to "),
     )

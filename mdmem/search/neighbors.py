@@ -155,7 +155,8 @@ def with_neighbours(store: LinkReader, outcome: SearchOutcome, limit: int) -> Se
 def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hops: int = 3) -> SearchOutcome:
     """``outcome`` with, right before each hit holding a superseded line that answers ``query`` (holds at least
     half of its words), the chunk holding the line that superseded it when no hit holds that line (following a
-    chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there: a pack then finds
+    chain up to ``hops`` lines on), scored as that hit, or the hit holding it moved up there (scored as that hit
+    when it scored lower, so that the pack's minScore does not drop it): a pack then finds
     the current line first wherever the search found an older one (mdmem.engine.packing). Other lines of the
     hit (other subjects' facts in the same daily log) bring nothing."""
     sups = list(outcome.supersessions)
@@ -178,8 +179,9 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 continue
             while key in newer and steps < hops:
                 key, steps = newer[key], steps + 1
-                if key in holder:  # a hit already: it moves up, before the older line's hit
-                    hits.append(holder[key])
+                if key in holder:  # a hit already: it moves up, before the older line's hit, scored at least as
+                    held = holder[key]  # that hit (as a chunk fetched for it is), so the pack's minScore keeps it
+                    hits.append(held if held.score >= hit.score else replace(held, score=hit.score))
                     added = True
                     continue
                 chunk = _chunk_at(store.chunks_of(key[0]), key[1])
@@ -193,8 +195,7 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 newer.update({(s.old_path, s.old_line): (s.new_path, s.new_line) for s in more if s.new_path})
                 added = True
         hits.append(hit)
-    hits = list({id(h): h for h in hits}.values())  # a hit moved up is not repeated where it was
-    return replace(outcome, hits=hits, supersessions=list(dict.fromkeys(sups))) if added else outcome
+    return replace(outcome, hits=_once(hits), supersessions=list(dict.fromkeys(sups))) if added else outcome
 
 
 def with_predecessors(store: LinkReader, outcome: SearchOutcome, query: str) -> SearchOutcome:
@@ -230,7 +231,21 @@ def with_predecessors(store: LinkReader, outcome: SearchOutcome, query: str) -> 
                     continue
                 before = Hit(chunk, hit.score, hit.vector_score, hit.text_score)
                 holder.update(((chunk.path, m), before) for m in range(chunk.start_line, chunk.end_line + 1))
-            if id(before) not in placed:
-                hits.append(before)
+            if id(before) not in placed:  # scored at least as the hit it follows, so minScore keeps it
+                hits.append(before if before.score >= hit.score else replace(before, score=hit.score))
                 placed.add(id(before))
     return replace(outcome, hits=hits) if len(hits) != len(outcome.hits) or hits != list(outcome.hits) else outcome
+
+
+def _once(hits: list[Hit]) -> list[Hit]:
+    """Each chunk once, where it first comes (a hit moved up is not repeated where it was), with its best score."""
+    first: dict[tuple[str, int, int], int] = {}
+    out: list[Hit] = []
+    for h in hits:
+        key = (h.chunk.path, h.chunk.start_line, h.chunk.end_line)
+        if key not in first:
+            first[key] = len(out)
+            out.append(h)
+        elif h.score > out[first[key]].score:
+            out[first[key]] = h
+    return out

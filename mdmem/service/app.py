@@ -2,10 +2,11 @@
 
 Routes (the Clawdapus memory plane; descriptor as ``examples/reference-memory/.claw-describe.json``):
 ``GET /.claw-describe.json``, ``GET /healthz`` (both open), ``POST /recall``, ``POST /retain`` (202),
-``POST /forget`` (204), ``GET /agents/{agent_id}/status[?pod=P]`` (bearer token, mdmem.service.auth).
+``POST /forget`` (204), ``POST /remember`` (200; not the proxy's: a fact written into the agent's memory files,
+mdmem.service.remembering), ``GET /agents/{agent_id}/status[?pod=P]`` (bearer token, mdmem.service.auth).
 Every request first passes the edge rules (mdmem.service.edge). A body's ``pod`` picks the agent with its
 id (mdmem.service.pods). Errors are ``{"error": ...}`` with 400 (naming the field), 401, 403 (also: the
-agent serves another pod), 404, 408, 413, 415 or 503.
+agent serves another pod), 404, 408, 409 (``/remember``), 413, 415 or 503.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from mdmem.service.edge import EdgeRules, HttpError, error
 from mdmem.service.pods import PodRefused
 from mdmem.service.recall import recall_answer
 from mdmem.service.recallpool import NoWorkerInTime, RecallPool
+from mdmem.service.remembering import check_files_here, check_remember, notes, refusal
 from mdmem.service.startup import Starting, Startup
 from mdmem.service.telemetry import Telemetry, recall_sizes
 from mdmem.service.timebox import CATCH_UP_SHARE, EMBED_SHARE, START_SHARE, Dropped, Timebox, race_client
@@ -215,6 +217,37 @@ def build_app(
             removed = await run_in_threadpool(run)
         return Response(status_code=204), {"removed": removed}
 
+    async def do_remember(request: Request, body: dict[str, Any]) -> tuple[Response, dict[str, Any]]:
+        contract.check_metadata(body)
+        args = check_remember(body)
+        async with using(body["agent_id"], body.get("pod") or None) as agent:
+            check_files_here(agent.config)
+
+            def run() -> dict[str, Any]:
+                with agent.lock:  # Memory.remember reads the index to find a line a hand edit moved
+                    try:
+                        return agent.memory.remember(
+                            args["text"],
+                            long_term=args.get("longTerm", False),
+                            supersedes=args.get("supersedes"),
+                            redact_secrets=True,
+                        )
+                    except MdMemoryError as exc:
+                        raise refusal(exc) or exc from None
+
+            result = await run_in_threadpool(run)
+            agent.dirty = True  # its vectors: the background indexer
+            agent.memory.changed()
+            ticket = agent.vectors.take()
+            started = request.state.started  # its text indexed before the answer, as a retain's
+            with contextlib.suppress(MdMemoryError, OSError):  # the line is durable: answer 200 anyway
+                await run_in_threadpool(agent.catch_up, started + RETAIN_TEXT_SECONDS)
+            if wake is not None:
+                wake()
+                await agent.vectors.wait(ticket, started + RETAIN_SECONDS - time.monotonic())
+        outcome = "superseded" if result.get("marked") else "remembered"
+        return JSONResponse(result), {"result": outcome, "warnings": notes(result)}
+
     async def describe(request: Request) -> Response:
         return JSONResponse(DESCRIPTOR)
 
@@ -267,6 +300,7 @@ def build_app(
         Route("/recall", guarded("recall", do_recall), methods=["POST"]),
         Route("/retain", guarded("retain", do_retain), methods=["POST"]),
         Route("/forget", guarded("forget", do_forget), methods=["POST"]),
+        Route("/remember", guarded("remember", do_remember), methods=["POST"]),
         Route("/agents/{agent_id}/status", status, methods=["GET"]),
     ]
     loopback_only = auth.token is None

@@ -1,6 +1,6 @@
 """The JSON-Schema subset the tools' flat argument objects use: types, bounds, required and unknown keys (with
-"did you mean"), ``minLength`` for strings. One checker for memory_search, memory_get and memory_pack,
-whichever way they are called (tool call, Python, command line)."""
+"did you mean"), ``minLength`` for strings. One checker for the tools' arguments (and the service's
+``/remember`` body), whichever way they are called (tool call, Python, command line, HTTP)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ _JSON_TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
 }
 
 
