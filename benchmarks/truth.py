@@ -60,15 +60,33 @@ CITIES = "Lisbon Berlin Porto Oslo Lyon Krakow Valencia Tallinn Ghent Turin Bilb
 FIRMS = "Acme Initech Globex Umbrella Hooli Vandelay Soylent Stark Wayne Tyrell Cyberdyne Aperture".split()
 TOOLS = "Jenkins Buildkite CircleCI Drone GitLab Travis Bamboo TeamCity Concourse Woodpecker".split()
 PROJECTS = "Atlas Orion Lighthouse Kestrel Juniper Falcon Meridian Nimbus Quarry Tundra Willow Zephyr".split()
-KINDS = {  # slot: (values, statement, reworded changes, questions: current, previous, when)
-    "city": (CITIES, "{s} lives in {v}", ["{s} is back in {v}", "{s} relocated to {v}", "{s} has settled in {v}"],
+KINDS = {  # slot: (values, statement, the same restated, reworded changes, questions: current, previous, when)
+    "city": (CITIES, "{s} lives in {v}", "{s} now lives in {v}",
+             ["{s} is back in {v}", "{s} relocated to {v}", "{s} has settled in {v}"],
              ("Where does {s} live now?", "Where did {s} live before?", "When did {s} move to {v}?")),
-    "firm": (FIRMS, "{s} works at {v}", ["{s} joined {v}", "{s} started a new job at {v}"],
+    "firm": (FIRMS, "{s} works at {v}", "{s} now works at {v}", ["{s} joined {v}", "{s} started a new job at {v}"],
              ("Where does {s} work now?", "Where did {s} work before?", "When did {s} start at {v}?")),
-    "tool": (TOOLS, "The {s} project uses {v} for builds", ["The {s} project switched its builds to {v}"],
+    "tool": (TOOLS, "The {s} project uses {v} for builds", "The {s} project now uses {v} for builds",
+             ["The {s} project switched its builds to {v}"],
              ("What does the {s} project use for builds now?", "What did the {s} project use for builds before?",
               "When did the {s} project move its builds to {v}?")),
 }  # fmt: skip
+# Other wording (--wording other), written apart from the rules: statements, changes and questions none of the
+# default set uses, for a check that the rules are not fitted to one generator's sentences.
+KINDS_OTHER = {
+    "city": (CITIES, "{s} is living in {v}", "{s} is currently living in {v}",
+             ["{s} moved to {v}", "{s} has relocated to {v}", "{s} is now based in {v}"],
+             ("Which city is {s} in these days?", "Which city was {s} in previously?",
+              "When did {s} relocate to {v}?")),
+    "firm": (FIRMS, "{s} is employed at {v}", "{s} is currently employed at {v}",
+             ["{s} took a job at {v}", "{s} was hired by {v}", "{s} now works for {v}"],
+             ("Who is {s}'s employer at the moment?", "Who employed {s} previously?", "When did {s} join {v}?")),
+    "tool": (TOOLS, "The {s} team relies on {v} for CI", "The {s} team now relies on {v} for CI",
+             ["The {s} team migrated CI to {v}", "The {s} team moved its CI over to {v}"],
+             ("Which CI system does the {s} team use today?", "Which CI system did the {s} team use earlier?",
+              "When did the {s} team move CI to {v}?")),
+}  # fmt: skip
+WORDINGS = {"default": KINDS, "other": KINDS_OTHER}
 STYLES = (("same", 0.4), ("marked", 0.4), ("reworded", 0.2))
 
 
@@ -98,7 +116,9 @@ def noise_turns(data: Path) -> list[str]:
     return turns
 
 
-def generate(root: Path, rng: random.Random, n_subjects: int, days: int, noise: int, data: Path) -> list[Subject]:
+def generate(
+    root: Path, rng: random.Random, n_subjects: int, days: int, noise: int, data: Path, kinds: dict[str, Any] = KINDS
+) -> list[Subject]:
     subjects: list[Subject] = []
     names = [f"{f} {last}" for f in FIRST for last in LAST]
     rng.shuffle(names)
@@ -108,18 +128,13 @@ def generate(root: Path, rng: random.Random, n_subjects: int, days: int, noise: 
         kind = ("city", "firm", "tool")[i % 3]
         name = projects.pop() if kind == "tool" else names.pop()
         style = rng.choices([s for s, _ in STYLES], [w for _, w in STYLES])[0]
-        values, stated, reworded, _ = KINDS[kind]
+        values, stated, restated, reworded, _ = kinds[kind]
         chosen = rng.sample(values, 1 + rng.randint(1, 3))
         when = sorted(rng.sample(range(0, days - 1), len(chosen)))
         subject = Subject(name, kind, style)
         for n, (v, d) in enumerate(zip(chosen, when, strict=True)):
-            text = stated if n == 0 or style != "reworded" else rng.choice(reworded)
-            if n and style == "same":
-                text = (
-                    text.replace(" lives ", " now lives ")
-                    .replace(" works ", " now works ")
-                    .replace(" uses ", " now uses ")
-                )
+            text = stated if n == 0 else restated if style == "same" else stated
+            text = rng.choice(reworded) if n and style == "reworded" else text
             subject.facts.append(Fact(START + timedelta(days=d), text.format(s=name, v=v), v))
         subjects.append(subject)
     turns = noise_turns(data)
@@ -187,7 +202,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, rng: random.Random, work: Path) -> dict[str, Any]:
-    subjects = generate(work / "ws", rng, args.subjects, args.days, args.noise, args.data)
+    kinds = WORDINGS[args.wording]
+    subjects = generate(work / "ws", rng, args.subjects, args.days, args.noise, args.data, kinds)
     linked = link_set(work / "ws", rng, args.linked, args.days)
     results: dict[str, Any] = {"subjects": len(subjects), "days": args.days, "systems": {}}
     for system in ("hybrid", "hybrid+decay", "truth"):
@@ -197,7 +213,7 @@ def _run(args: argparse.Namespace, rng: random.Random, work: Path) -> dict[str, 
         scores: dict[str, list[int]] = {"current": [], "previous": [], "when": []}
         by_style: dict[str, list[int]] = {}
         for s in subjects:
-            q_cur, q_prev, q_when = (q.format(s=s.name, v=s.facts[-1].value) for q in KINDS[s.kind][3])
+            q_cur, q_prev, q_when = (q.format(s=s.name, v=s.facts[-1].value) for q in kinds[s.kind][4])
             cur_fact, prev_fact = s.facts[-1], s.facts[-2]
             got = [
                 answer(value_lines(mem.pack(q, budget_tokens=1000), s), system == "truth")
@@ -271,6 +287,7 @@ def main() -> None:
     ap.add_argument("--noise", type=int, default=8, help="conversation turns per daily log")
     ap.add_argument("--linked", type=int, default=60)
     ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--wording", choices=sorted(WORDINGS), default="default", help="other: a second set of sentences")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     results = run(args)

@@ -57,7 +57,7 @@ _FRAMES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("employer", r"(?:took|accepted|got) (?:a |an )?(?:new )?(?:job|offer|role|position) (?:at|from|with) "),
         ("employer", r"(?:was |got |is |were )?(?:hired|employed) (?:by|at) "),
         ("uses:", r"(?:is |are )?(?:uses|use|using|relies on|rely on) (?P<value>.+?) for (?P<what>\w+(?: \w+)?)\s*$"),
-        ("uses:", rf"(?:switched|moved|migrated|changed|ported|converted) {_DET}(?P<what>\w+(?: \w+)?) (?:over )?to "),
+        ("uses:", rf"(?:switched|moved|migrated|changed|ported|converted) {_DET}(?P<what>\w+(?: \w+)??) (?:over )?to "),
         ("uses", r"(?:is |are )?(?:uses|use|using|relies on|rely on|runs on|run on|adopted) "),
         ("uses", r"(?:switched|migrated|changed|ported) (?:over )?to "),
     )

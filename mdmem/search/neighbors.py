@@ -21,7 +21,7 @@ from mdmem.files.supersession import Supersession
 from mdmem.search.hybrid import Hit, SearchOutcome
 from mdmem.search.query import keyword_terms, query_terms
 from mdmem.search.results import cite
-from mdmem.search.truth import mention_counter
+from mdmem.search.truth import mention_counter, query_names
 from mdmem.store import ChunkRow, FileRow
 from mdmem.store.lines import file_lines
 
@@ -120,9 +120,14 @@ def heading_line_of(chunks: list[ChunkRow], slug: str) -> int:
 
 
 def _answering(hits: Sequence[Hit], query: str) -> Callable[[str], bool]:
-    """Whether a line answers ``query``: it holds at least half of the query's words, and as many as the line
-    of the hits holding the most (``Dmitri Costa works at Acme`` does not answer "where does Dmitri Brandt
-    work" when a line names Dmitri Brandt)."""
+    """Whether a line answers ``query``. When the query names something (mdmem.search.truth.query_names:
+    ``Dmitri Brandt``, ``Nimbus-14``), a line naming all of it does, and no other (``Dmitri Costa works at
+    Acme`` does not answer "where does Dmitri Brandt work"). Otherwise a line holding at least half of the
+    query's words, and as many as the line of the hits holding the most."""
+    names = query_names(query)
+    if names:
+        named = mention_counter(" ".join(names))
+        return lambda text: named(text) >= len(names)
     count = mention_counter(query)
     best = max((count(line) for h in hits for line in h.chunk.text.split("\n")), default=0)
     need = max(1, (len(keyword_terms(query_terms(query))) + 1) // 2, best)

@@ -23,7 +23,7 @@ from mdmem.search.query import STOP_WORDS, WORD, fold, keyword_terms, query_term
 from mdmem.search.scoring import log_date
 from mdmem.util.tokens import CJK_RUN
 
-__all__ = ["FactLine", "Fact", "facts_about", "line_date", "mention_counter", "mentions"]
+__all__ = ["FactLine", "Fact", "facts_about", "line_date", "mention_counter", "mentions", "query_names"]
 
 Key = tuple[str, int]
 _STAMP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?\[(?:(\d{4}-\d{2}-\d{2})[ T])?(\d{1,2}:\d{2})\]\s*")
@@ -84,6 +84,14 @@ def fact_text(text: str) -> str:
 def mentions(subject: str, text: str) -> int:
     """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings)."""
     return mention_counter(subject)(text)
+
+
+def query_names(query: str) -> list[str]:
+    """The words of ``query`` that name something: written with a capital or a digit (``Priya``, ``Okafor's``,
+    ``Nimbus-14``, ``CI``), stop words and question words aside; folded, as ``mentions`` counts them."""
+    words = re.findall(r"\w+(?:[-.]\w+)*", re.sub(r"['’]s\b", "", query))  # Okafor's: Okafor
+    names = [w for w in words if w[:1].isupper() or any(c.isdigit() for c in w)]
+    return [t for t in keyword_terms(query_terms(" ".join(names))) if t not in STOP_WORDS]
 
 
 def mention_counter(subject: str) -> Callable[[str], int]:
