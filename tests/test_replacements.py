@@ -66,3 +66,25 @@ def order(outcome: SearchOutcome) -> list[tuple[str, float]]:
 def test_with_replacements(hits: list[Hit], sups: Sequence[Supersession], expected: list[tuple[str, float]]) -> None:
     outcome = SearchOutcome(hits, "hybrid", supersessions=list(sups))
     assert order(with_replacements(NoStore(), outcome, "where does Priya live")) == expected  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        # the question names Dmitri Brandt: Dmitri Costa's old job line does not answer it, his chain stays put
+        ("Where does Dmitri Brandt work now?", ["old-costa.md", "brandt.md", "new-costa.md"]),
+        # about Dmitri Costa: his current line moves up before the old one
+        ("Where does Dmitri Costa work now?", ["new-costa.md", "old-costa.md", "brandt.md"]),
+        # no name: half the words, and as many as the best line (Brandt's and Costa's old line hold 'works' both)
+        ("who works where", ["new-costa.md", "old-costa.md", "brandt.md"]),
+    ],
+)
+def test_an_old_line_answers_only_a_question_about_its_subject(query: str, expected: list[str]) -> None:
+    hits = [
+        hit("old-costa.md", "Dmitri Costa works at Soylent", 0.9),
+        hit("brandt.md", "Dmitri Brandt works at Acme", 0.8),
+        hit("new-costa.md", "Dmitri Costa works at Aperture", 0.1),
+    ]
+    outcome = SearchOutcome(hits, "hybrid", supersessions=[replaced("old-costa.md", "new-costa.md")])
+    got = with_replacements(NoStore(), outcome, query)  # type: ignore[arg-type]
+    assert [h.chunk.path for h in got.hits] == expected

@@ -419,3 +419,23 @@ def test_a_current_line_the_search_ranked_below_min_score_is_packed_first(
     assert found["memory/2026-10-02.md"]["score"] < mem.agent.memory_search.query.min_score <= found[OLD]["score"]
     items = mem.pack("where does Priya live", budget_tokens=300)["items"]
     assert [i["path"] for i in items][:2] == ["memory/2026-10-02.md", OLD]
+
+
+@both_backends
+def test_a_question_about_the_past_packs_the_version_before(make_memory: Callable[..., Memory], workspace: Path) -> None:
+    """The current line says what it supersedes; the old line is found far below it (or not at all): for "before"
+    the pack brings it right after the current one, labelled; for "now" it stays out."""
+    write(workspace / OLD, "# 2026-03-01\n\n- [09:10] Priya works at Globex\n")
+    write(
+        workspace / "memory/2026-10-02.md",
+        f"# 2026-10-02\n\n- [09:30] Priya Okafor works at Initech now (supersedes {OLD}#L3)\n",
+    )
+    for n in range(12):  # other people's jobs, closer to the words of the question than Priya's old line
+        write(workspace / f"memory/2026-0{n % 5 + 4}-{n + 10}.md", f"# day\n\n- Olu {n} Okafor works at Hooli {n}\n")
+    mem = make_memory(provider="none")
+    past = mem.pack("Where did Priya Okafor work before?", budget_tokens=400)["items"]
+    assert [i["path"] for i in past][:2] == ["memory/2026-10-02.md", OLD]
+    assert past[1]["supersededBy"][0]["by"] == "memory/2026-10-02.md#L3"
+    now = mem.pack("Where does Priya Okafor work now?", budget_tokens=400)["items"]
+    assert OLD not in [i["path"] for i in now]
+
