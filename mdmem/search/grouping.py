@@ -202,12 +202,14 @@ def newer_first(spans: Sequence[Span], supersessions: Sequence[Supersession]) ->
     for i, (path, start, end, _) in enumerate(spans):
         for n in range(start, end + 1):
             where.setdefault((path, n), i)
+    replaced_by: dict[tuple[str, int], list[tuple[str, int]]] = {}
+    for s in supersessions:
+        replaced_by.setdefault((s.old_path, s.old_line), []).append((s.new_path, s.new_line))
     for i, span in enumerate(spans):
         facts = [(p, n) for p, n, t in span_lines(span) if t.strip() and not t.lstrip().startswith("#")]
-        news = {where.get((s.new_path, s.new_line)) for s in supersessions if (s.old_path, s.old_line) in facts}
-        old = {(s.old_path, s.old_line) for s in supersessions}
-        if not facts or not all(f in old for f in facts):
+        if not facts or not all(f in replaced_by for f in facts):
             continue
+        news = {where.get(new) for f in facts for new in replaced_by[f]}
         later = [j for j in news if j is not None and order.index(j) > order.index(i)]
         if later:
             j = max(later, key=order.index)
