@@ -187,3 +187,25 @@ def test_a_note_that_would_take_its_file_over_max_file_bytes_is_409(tmp_path: Pa
         assert day.read_text().count("\n- [") == 1  # the first note alone
     finally:
         svc.stop()
+
+
+def test_recall_says_which_line_an_unmarked_change_superseded(tmp_path: Path) -> None:
+    """A change written without a mark (grouped at search time) reaches the model too: the recalled block says
+    which of its lines is superseded, by what and since when, in its text (the only field the proxy passes on)."""
+    ws = tmp_path / "ws"
+    (ws / "memory").mkdir(parents=True)
+    (ws / OLD).write_text(DAY)
+    (ws / "memory/2026-10-02.md").write_text("# 2026-10-02\n\n- [18:00] Priya relocated to Lisbon\n")
+    cfg = write_config(tmp_path / "config.json", {"main": ws}, provider="none")
+    svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
+    svc.start()
+    try:
+        now = svc.call("POST", "/recall", recall_body("main", "where does Priya live now?"))
+        assert now.status == 200, now.raw
+        assert "- [18:00] Priya relocated to Lisbon\n" in str(now.body["memories"][0]["text"]), now.body
+        before = svc.call("POST", "/recall", recall_body("main", "where did Priya live before?"))
+        texts = [str(m["text"]) for m in before.body["memories"]]
+        old = next(t for t in texts if "Priya lives in Berlin" in t)
+        assert "Superseded since 2026-10-02 by memory/2026-10-02.md#L3: Priya lives in Berlin\nSource: " in old
+    finally:
+        svc.stop()

@@ -422,7 +422,9 @@ def test_a_current_line_the_search_ranked_below_min_score_is_packed_first(
 
 
 @both_backends
-def test_a_question_about_the_past_packs_the_version_before(make_memory: Callable[..., Memory], workspace: Path) -> None:
+def test_a_question_about_the_past_packs_the_version_before(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
     """The current line says what it supersedes; the old line is found far below it (or not at all): for "before"
     the pack brings it right after the current one, labelled; for "now" it stays out."""
     write(workspace / OLD, "# 2026-03-01\n\n- [09:10] Priya works at Globex\n")
@@ -438,4 +440,3 @@ def test_a_question_about_the_past_packs_the_version_before(make_memory: Callabl
     assert past[1]["supersededBy"][0]["by"] == "memory/2026-10-02.md#L3"
     now = mem.pack("Where does Priya Okafor work now?", budget_tokens=400)["items"]
     assert OLD not in [i["path"] for i in now]
-

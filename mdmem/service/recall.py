@@ -24,6 +24,7 @@ from mdmem.service.contract import (
 )
 from mdmem.util.redaction import redact
 
+_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citations within 8 KiB
 
 
@@ -60,7 +61,7 @@ def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
         body = redact(str(item.get("text", "")).strip())
         if not body:
             continue  # nothing but a session block's heading or closing line: nothing to say
-        text = f"{body}\nSource: {item.get('ref')}"
+        text = "\n".join([body, *_implicit_notes(item), f"Source: {item.get('ref')}"])
         size = proxy_size(text)
         if text_bytes + size > MAX_RECALL_TEXT_BYTES:
             continue
@@ -75,6 +76,23 @@ def memories_of(pack: dict[str, Any]) -> list[dict[str, Any]]:
         text_bytes += size
         body_bytes = grown
     return out
+
+
+def _implicit_notes(item: dict[str, Any]) -> list[str]:
+    """A line for each line of ``item`` superseded without a mark in the file (mdmem.search.grouping): the block's
+    text is all the proxy passes on, and a mark written in the file is already in it."""
+    lines = str(item.get("text", "")).split("\n")
+    start = int(item.get("startLine") or 1)
+    notes = []
+    for entry in item.get("supersededBy") or []:
+        if not entry.get("implicit"):
+            continue
+        n = int(entry.get("line") or 0) - start
+        said = _LEAD.sub("", lines[n]).strip() if 0 <= n < len(lines) else ""  # no bullet, no stamp
+        said = redact(said if len(said) <= 80 else said[:79] + "…")
+        when = f" since {entry['date']}" if entry.get("date") else ""
+        notes.append(f"Superseded{when} by {entry.get('by')}: {said}")
+    return notes
 
 
 def recall_info(result: dict[str, Any]) -> dict[str, Any]:
