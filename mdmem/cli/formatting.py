@@ -49,11 +49,24 @@ def format_search(r: dict[str, Any]) -> str:
         where = f"{display_name(hit['path'])}:{hit['startLine']}-{hit['endLine']}"
         out.append(f"\n{i}. {where}  score {hit['score']:.3f}{low}")
         out.extend("   " + line for line in hit["snippet"].splitlines())
+        out.extend(_superseded_lines(hit))
     for note in r.get("warnings", []):
         out.append(f"\nnote: {note}")
     if r.get("fallback"):
         out.append(f"note: fell back from {r['fallback']['from']}: {r['fallback']['reason']}")
     return "\n".join(out)
+
+
+def _superseded_lines(hit: dict[str, Any]) -> list[str]:
+    """A line per superseded line of a result: which, since when, by what (``implicit``: grouped, not marked)."""
+    out = []
+    for e in hit.get("supersededBy", []):
+        by = f" by {display_name(e['by'])}" if e.get("by") else ""
+        when = f" on {e['date']}" if e.get("date") else ""
+        out.append(
+            f"   ↳ line {e['line']} superseded{when}{by}{' (not marked in the file)' if e.get('implicit') else ''}"
+        )
+    return out
 
 
 def format_pull(r: dict[str, Any]) -> str:
