@@ -22,7 +22,7 @@ from typing import Any
 from mdmem.config.store import schema_problem
 from mdmem.util.errors import StoreError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -195,6 +195,13 @@ def _m9_links(cur: Any, s: str) -> None:
     cur.execute(f"CREATE INDEX links_name ON {s}.links (agent_id, gen, name)")
 
 
+def _m10_positions(cur: Any, s: str) -> None:
+    """Each posting keeps its term's token positions in the chunk, for phrases (mdmem.store.pg.keyword). A
+    generation indexed before this has none, so no phrase matches in it: the index identity changed with
+    it, so the next sync rebuilds it."""
+    cur.execute(f"ALTER TABLE {s}.postings ADD COLUMN positions integer[]")
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
@@ -205,6 +212,7 @@ MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     7: _m7_pods,
     8: _m8_supersessions,
     9: _m9_links,
+    10: _m10_positions,
 }
 
 
