@@ -4,6 +4,9 @@ Scoring rules (also in the README):
 
 - Vector score = cosine similarity (1 - cosine distance), clamped to [0, 1].
 - Keyword score: FTS5 ``bm25()`` (porter-stemmed, diacritics removed) is negative, more negative is better.
+  A compound identifier in the query (``Nimbus-14``, ``v2.3.1``, ``snake_case``) is searched as its parts
+  and as the phrase of its parts (``mdmem.search.query.keyword_query``): one more BM25 term, held only by
+  chunks where the parts stand adjacent and in order.
   ``query.keywordScore`` maps it to [0, 1]: ``relative`` negates it and divides by the best candidate's,
   so the best keyword match scores 1.0; ``coverage`` divides by the score of an average chunk holding
   every query term once (the sum of the terms' IDFs); ``blend`` (default) is ``relative`` times the IDF
@@ -48,7 +51,7 @@ from typing import TYPE_CHECKING
 from mdmem.config.load import HybridConfig
 from mdmem.files.supersession import Supersession
 from mdmem.search.grouping import implicit_supersessions, newer_first, span_lines
-from mdmem.search.query import cjk_match, contains_all_terms, keyword_terms, query_terms
+from mdmem.search.query import cjk_match, contains_all_terms, keyword_query, keyword_terms, query_terms
 from mdmem.search.scoring import (
     coverage_bm25,
     decay_factor,
@@ -227,7 +230,7 @@ def _keyword_scores(store: SearchStore, query: str, terms: list[str], k: int, sc
         for rid, s in found.items():
             scores[rid] = max(scores.get(rid, 0.0), s)
 
-    kept = [t for t in _prune_common(store, keyword_terms(terms)) if t]
+    kept = [t for t in _prune_common(store, keyword_query(query, terms)) if t]
     if kept:
         if scoring == "blend":
             found = store.keyword_matches(kept, k)
