@@ -224,18 +224,21 @@ def phrase_key(phrase: Sequence[str]) -> str:
 
 def _phrase_rows(schema: str, name: str, length: int) -> str:
     """SQL of the chunks holding a phrase of ``length`` terms (parameters ``%(name_0)s``...): ``(chunk_id,
-    v, tokens)``, ``v`` its runs in the text and heading weighted as a term's occurrences are."""
+    v, tokens)``, ``v`` its runs in the text and heading weighted as a term's occurrences are. The terms'
+    postings are joined by chunk first (one pass over each), then each chunk's positions are compared."""
     joins = "".join(
         f" JOIN {schema}.postings {name}_{j} ON {name}_{j}.agent_id = {name}_0.agent_id AND {name}_{j}.gen = "
         f"{name}_0.gen AND {name}_{j}.term = %({name}_{j})s AND {name}_{j}.chunk_id = {name}_0.chunk_id"
         for j in range(1, length)
     )
-    adjacent = "".join(f" AND x.pos + {j} = ANY({name}_{j}.positions)" for j in range(1, length))
-    return f"""SELECT {name}_0.chunk_id, (count(*) FILTER (WHERE x.pos < {HEADING_BASE}) * {TEXT_WEIGHT}::float8
-            + count(*) FILTER (WHERE x.pos >= {HEADING_BASE}) * {HEADING_WEIGHT}::float8) AS v, {name}_0.tokens
-        FROM {schema}.postings {name}_0 CROSS JOIN LATERAL unnest({name}_0.positions) AS x(pos){joins}
-        WHERE {name}_0.agent_id = %(agent)s AND {name}_0.gen = %(gen)s AND {name}_0.term = %({name}_0)s{adjacent}
-        GROUP BY {name}_0.chunk_id, {name}_0.tokens"""
+    adjacent = " AND ".join(f"x.pos + {j} = ANY({name}_{j}.positions)" for j in range(1, length))
+    return f"""SELECT {name}_0.chunk_id, m.v, {name}_0.tokens
+        FROM {schema}.postings {name}_0{joins}
+        CROSS JOIN LATERAL (
+            SELECT (count(*) FILTER (WHERE x.pos < {HEADING_BASE}) * {TEXT_WEIGHT}::float8
+                + count(*) FILTER (WHERE x.pos >= {HEADING_BASE}) * {HEADING_WEIGHT}::float8) AS v
+            FROM unnest({name}_0.positions) AS x(pos) WHERE {adjacent}) m
+        WHERE {name}_0.agent_id = %(agent)s AND {name}_0.gen = %(gen)s AND {name}_0.term = %({name}_0)s AND m.v > 0"""
 
 
 def _phrase_args(name: str, phrase: Sequence[str]) -> dict[str, str]:
@@ -264,7 +267,8 @@ def _bm25_phrases(
     df: Mapping[str, int] | None,
 ) -> list[tuple[int, float, set[str]]]:
     """``bm25`` of a query with phrases: the terms' postings and each phrase's runs summed per chunk, in one
-    statement."""
+    statement, in the keys' order (as SQLite sums a query's terms: chunks that tie there tie here, to the
+    last bit, and the search breaks the tie the same way)."""
     listed = [list(p) for p in dict.fromkeys(tuple(p) for p in phrases if p)]
     keys = list(dict.fromkeys([*terms, *(phrase_key(p) for p in listed)]))[:MAX_KEYS]
     listed = [p for p in listed if phrase_key(p) in keys]
@@ -313,7 +317,8 @@ def _bm25_phrases(
         WITH idf AS (SELECT * FROM unnest(%(keys)s::text[], %(weights)s::float8[]) WITH ORDINALITY AS i(key, w, n)),
         hits AS ({" UNION ALL ".join(arms)})
         SELECT h.chunk_id, -sum(idf.w * (h.v * {K1 + 1}::float8)
-                / (h.v + {K1}::float8 * ({1 - B}::float8 + {B}::float8 * h.tokens / %(mean)s::float8))) AS rank,
+                / (h.v + {K1}::float8 * ({1 - B}::float8 + {B}::float8 * h.tokens / %(mean)s::float8))
+                ORDER BY idf.n) AS rank,
             bit_or(1::bigint << (idf.n::int - 1))
         FROM hits h JOIN idf ON idf.key = h.key
         GROUP BY h.chunk_id ORDER BY rank, h.chunk_id LIMIT %(k)s

@@ -196,10 +196,17 @@ def _m9_links(cur: Any, s: str) -> None:
 
 
 def _m10_positions(cur: Any, s: str) -> None:
-    """Each posting keeps its term's token positions in the chunk, for phrases (mdmem.store.pg.keyword). A
-    generation indexed before this has none, so no phrase matches in it: the index identity changed with
-    it, so the next sync rebuilds it."""
-    cur.execute(f"ALTER TABLE {s}.postings ADD COLUMN positions integer[]")
+    """Each posting keeps its term's token positions in the chunk, for phrases (mdmem.store.pg.keyword), in an
+    index of their own that covers what a phrase reads: a phrase is an index-only pass over its terms'
+    postings (the heap scattered them: a term's postings were a block each, twice the time), while the
+    primary key's index, which every keyword search reads, stays as slim as it was. A generation indexed
+    before this has no positions, so no phrase matches in it: the index identity changed with it, so the
+    next sync rebuilds it."""
+    for statement in (
+        f"ALTER TABLE {s}.postings ADD COLUMN positions integer[]",
+        f"CREATE INDEX postings_positions ON {s}.postings (agent_id, gen, term, chunk_id) INCLUDE (positions, tokens)",
+    ):
+        cur.execute(statement)
 
 
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {

@@ -76,20 +76,22 @@ class PgSearching:
 
     @borrows
     def phrase_frequency(self, phrase: Sequence[str], limit: int) -> int:
-        """How many chunks hold ``phrase`` (FTS5 terms), counting no further than ``limit``; remembered until
-        the generation is written to."""
+        """How many chunks hold ``phrase`` (FTS5 terms), counting no further than ``limit``. Counted in full
+        once (the search asks with two limits: pruning, then BM25) and remembered until the generation is
+        written to."""
         key = (self.view.gen, self.view.totals().version)
         if self.view.df[0] != key:
             self.view.df = (key, {})
-        memo_key = (keyword.phrase_key(phrase), limit)
+        memo_key = (keyword.phrase_key(phrase), -1)
         known = self.view.df[1].get(memo_key)
         if known is None:
+            every = self.view.totals().chunks + 1
             with self.view.conn.cursor() as cur:
                 known = keyword.phrase_frequency(
-                    cur, self.view.schema, self.view.agent_id, self.view.gen, phrase, limit
+                    cur, self.view.schema, self.view.agent_id, self.view.gen, phrase, every
                 )
             self.view.df[1][memo_key] = known
-        return known
+        return min(known, int(limit))
 
     @borrows
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
