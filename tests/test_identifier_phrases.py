@@ -300,3 +300,49 @@ def keyword_terms_of(keys: list[str]) -> list[list[str]]:
     from mdmem.store.terms import text_terms
 
     return text_terms(keys)
+
+
+# -- the pack's lines and the snippets see the identifier too ------------------------------------------------
+@pytest.mark.parametrize(
+    ("line", "held"),
+    [
+        ("- [09:10] Nimbus-14 switched to Bazel", {"nimbus", "14", "nimbus 14"}),
+        ("- [14:35] Nimbus-9 switched to Gradle", {"nimbus", "14"}),
+        ("NIMBUS 14 and nimbus.14", {"nimbus", "14", "nimbus 14"}),
+        ("nimbus-140 and xnimbus-14", {"nimbus", "14"}),
+        ("14 nimbus", {"nimbus", "14"}),
+    ],
+)
+def test_a_pack_line_holds_the_phrase_only_where_the_parts_stand_together(line: str, held: set[str]) -> None:
+    from mdmem.pack.trim import TermMatcher
+
+    assert TermMatcher(["nimbus", "14", "nimbus 14"]).held(line) == held
+
+
+def test_a_snippet_centres_on_the_identifier() -> None:
+    from mdmem.search.snippets import make_snippet
+
+    filler = [f"- [14:{m:02d}] Nimbus-{m + 20} reviewed the queue and the flaky tests again" for m in range(40)]
+    text = "\n".join(filler[:30] + ["- [09:10] Nimbus-14 switched its builds to Bazel"] + filler[30:])
+    assert "Nimbus-14 switched" in make_snippet(text, ["nimbus", "14", "nimbus 14"], limit=300)
+
+
+PROJECTS_LOG = "# 2025-03-08\n\n" + "".join(
+    f"- [14:{i:02d}] Nimbus-{n} project switched its builds to {tool}.\n"
+    for i, (n, tool) in enumerate(
+        [(9, "Gradle"), (20, "Buck"), (3, "Pants"), (14, "Bazel"), (7, "Make"), (11, "Ninja")]
+    )
+)
+
+
+@pytest.mark.parametrize("store_backend", ["sqlite", "postgres"], indirect=True)
+def test_the_pack_keeps_the_identifier_line(workspace: Any, make_memory: Any) -> None:
+    (workspace / "memory" / "2025-03-08.md").write_text(PROJECTS_LOG)
+    mem = make_memory(provider="none")
+    mem.sync()
+    query = "What does the Nimbus-14 project use for builds now?"
+    items = mem.pack(query, budget_tokens=80)["items"]
+    assert items and "Nimbus-14 project switched its builds to Bazel" in items[0]["text"]
+    assert "Nimbus-9 " not in items[0]["text"]  # one chunk of six such lines: trimmed to the identifier's
+    hit = mem.search(query, max_results=3, min_score=0)["results"][0]
+    assert "Nimbus-14" in hit["snippet"]

@@ -51,7 +51,14 @@ from typing import TYPE_CHECKING
 from mdmem.config.load import HybridConfig
 from mdmem.files.supersession import Supersession
 from mdmem.search.grouping import implicit_supersessions, newer_first, span_lines
-from mdmem.search.query import cjk_match, contains_all_terms, keyword_query, keyword_terms, query_terms
+from mdmem.search.query import (
+    cjk_match,
+    contains_all_terms,
+    identifier_phrases,
+    keyword_query,
+    keyword_terms,
+    query_terms,
+)
 from mdmem.search.scoring import (
     coverage_bm25,
     decay_factor,
@@ -196,7 +203,7 @@ def search(
         by_id = {h.chunk.id: h for h in hits if h.chunk.id is not None}
         texts = {rid: h.chunk.text for rid, h in by_id.items()}
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
-    snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
+    snippet_terms = keyword_terms(terms) + identifier_phrases(query) + [run for run in CJK_RUN.findall(query)]
     hits = hits[:max_results]
     supersessions = store.supersessions_touching(sorted({h.chunk.path for h in hits})) if hits else []
     if hits and current_first:  # implicit supersessions among the hits' lines, then the newer of a group first

@@ -78,6 +78,13 @@ def keyword_query(query: str, terms: Sequence[str]) -> list[str]:
     return list(out)
 
 
+def phrase_pattern(phrase: str) -> str:
+    """A regular expression (for lower-cased text) of a phrase written as an identifier: its parts, whole,
+    joined by anything but letters and digits (``nimbus 14`` finds ``Nimbus-14``, ``nimbus_14``, ``Nimbus
+    14``). Parts match as written: the pack and snippets do not stem, as FTS5 does."""
+    return r"(?<![^\W_])" + r"[\W_]+".join(re.escape(p) for p in phrase.split()) + r"(?![^\W_])"
+
+
 def cjk_match(query: str) -> tuple[list[str], list[str]]:
     """For CJK runs in ``query``: the overlapping character trigrams of runs of 3+ characters, and the
     shorter runs, which a trigram index cannot match, as substrings."""
