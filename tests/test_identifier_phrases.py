@@ -346,3 +346,29 @@ def test_the_pack_keeps_the_identifier_line(workspace: Any, make_memory: Any) ->
     assert "Nimbus-9 " not in items[0]["text"]  # one chunk of six such lines: trimmed to the identifier's
     hit = mem.search(query, max_results=3, min_score=0)["results"][0]
     assert "Nimbus-14" in hit["snippet"]
+
+
+def test_an_index_written_before_positions_answers_without_phrases_until_rebuilt(pg: tuple[Any, str]) -> None:
+    """Postings of a generation written before migration 10 have no positions: a phrase finds nothing there
+    (the parts still do), rather than failing; the index identity makes the next sync rebuild it."""
+    conn, schema = pg
+    chunks = [("Nimbus-14 builds with Bazel", None), ("Nimbus-9 at 14:05", None)]
+    with conn.transaction(), conn.cursor() as cur:
+        ids = []
+        for i, (text, heading) in enumerate(chunks):
+            cur.execute(
+                f"INSERT INTO {schema}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
+                "heading, text, tokens) VALUES ('a1', 1, 'memory/x.md', 'memory', %s, %s, 'h', 'e', %s, %s, 0) "
+                "RETURNING id",
+                (i + 1, i + 1, heading, text),
+            )
+            ids.append(int(cur.fetchone()[0]))
+        keyword.add_postings(cur, schema, "a1", 1, [(cid, t, h) for cid, (t, h) in zip(ids, chunks, strict=True)])
+    with conn.cursor() as cur:
+        assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu", "14"], 10) == 1
+        cur.execute(f"UPDATE {schema}.postings SET positions = NULL")
+        assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu", "14"], 10) == 0
+        found = keyword.bm25(cur, schema, "a1", 1, ["nimbu", "14"], 10, phrases=[["nimbu", "14"]])
+    assert sorted(cid for cid, _, _ in found) == sorted(ids)
+    assert all("nimbu 14" not in held for _, _, held in found)
+    conn.rollback()
