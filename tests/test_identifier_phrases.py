@@ -372,3 +372,19 @@ def test_an_index_written_before_positions_answers_without_phrases_until_rebuilt
     assert sorted(cid for cid, _, _ in found) == sorted(ids)
     assert all("nimbu 14" not in held for _, _, held in found)
     conn.rollback()
+
+
+@pytest.mark.parametrize(
+    ("line", "count"),
+    [
+        ("- [09:10] Nimbus-14 switched its builds to Bazel", 3),
+        ("- [14:05] Nimbus-9 switched its builds to Gradle", 1),  # nimbus and 14, but not Nimbus-14
+        ("- nimbus 14 builds", 3),
+        ("- Nimbus-140 builds", 1),
+        ("- Priya lives in Lisbon", 0),
+    ],
+)
+def test_a_line_mentions_an_identifier_only_where_it_writes_it(line: str, count: int) -> None:
+    from mdmem.search.truth import mentions
+
+    assert mentions("Nimbus-14 builds", line) == count

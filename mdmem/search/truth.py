@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmem.files.supersession import Supersession, strip_markers
-from mdmem.search.query import STOP_WORDS, WORD, fold, keyword_terms, query_terms
+from mdmem.search.query import (
+    STOP_WORDS,
+    WORD,
+    fold,
+    identifier_phrases,
+    keyword_terms,
+    phrase_pattern,
+    query_terms,
+)
 from mdmem.search.scoring import log_date
 from mdmem.util.tokens import CJK_RUN
 
@@ -82,13 +90,23 @@ def fact_text(text: str) -> str:
 
 
 def mentions(subject: str, text: str) -> int:
-    """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings)."""
+    """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings).
+    An identifier's parts count only where the line writes the identifier: ``Nimbus-9 at [14:05]`` does not
+    mention ``Nimbus-14``."""
     terms = keyword_terms(query_terms(subject))
     folded = fold(text)
     stems = {_stem(w) for w in WORD.findall(CJK_RUN.sub(" ", folded))}
+    apart = {
+        part
+        for phrase in identifier_phrases(fold(subject))
+        if not re.search(phrase_pattern(phrase), folded)
+        for part in phrase.split()
+    }
     found = 0
     for term in terms:
         t = fold(term)
+        if t in apart:
+            continue
         runs = CJK_RUN.findall(t)
         if runs:
             found += all(run in folded for run in runs)
