@@ -388,3 +388,30 @@ def test_a_line_mentions_an_identifier_only_where_it_writes_it(line: str, count:
     from mdmem.search.truth import mentions
 
     assert mentions("Nimbus-14 builds", line) == count
+
+
+class RecordingStore(Store):
+    """A real SQLite store that remembers the terms each keyword query asked for."""
+
+    def __init__(self, path: Any) -> None:
+        super().__init__(path)
+        self.asked: list[list[str]] = []
+
+    def keyword_matches(self, terms: Any, k: int) -> list[tuple[int, float, set[str]]]:
+        self.asked.append(list(terms))
+        return super().keyword_matches(terms, k)
+
+
+def test_the_store_is_asked_for_the_same_terms_as_before_unless_the_query_holds_an_identifier(tmp_path: Any) -> None:
+    from mdmem.search.hybrid import _prune_common
+
+    store = RecordingStore(tmp_path / "index.sqlite")
+    write(store, project_notes())
+    try:
+        for query in ["which tools did the team review", "Bazel or Gradle builds", "tickets reviewed 14 nimbus"]:
+            keyword_search(store, query)
+            assert store.asked[-1] == _prune_common(store, keyword_terms(query_terms(query)))
+        keyword_search(store, "what does Nimbus-14 build with")
+        assert store.asked[-1][-1] == "nimbus 14"
+    finally:
+        store.close()
