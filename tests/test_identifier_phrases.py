@@ -366,6 +366,7 @@ def test_an_index_written_before_positions_answers_without_phrases_until_rebuilt
         keyword.add_postings(cur, schema, "a1", 1, [(cid, t, h) for cid, (t, h) in zip(ids, chunks, strict=True)])
     with conn.cursor() as cur:
         assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu", "14"], 10) == 1
+        assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu"], 10) == 2  # a phrase of one term
         cur.execute(f"UPDATE {schema}.postings SET positions = NULL")
         assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu", "14"], 10) == 0
         found = keyword.bm25(cur, schema, "a1", 1, ["nimbu", "14"], 10, phrases=[["nimbu", "14"]])

@@ -231,7 +231,7 @@ def _phrase_rows(schema: str, name: str, length: int) -> str:
         f"{name}_0.gen AND {name}_{j}.term = %({name}_{j})s AND {name}_{j}.chunk_id = {name}_0.chunk_id"
         for j in range(1, length)
     )
-    adjacent = " AND ".join(f"x.pos + {j} = ANY({name}_{j}.positions)" for j in range(1, length))
+    adjacent = " AND ".join(f"x.pos + {j} = ANY({name}_{j}.positions)" for j in range(1, length)) or "true"
     return f"""SELECT {name}_0.chunk_id, m.v, {name}_0.tokens
         FROM {schema}.postings {name}_0{joins}
         CROSS JOIN LATERAL (
