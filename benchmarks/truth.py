@@ -228,7 +228,7 @@ def _run(args: argparse.Namespace, rng: random.Random, work: Path) -> dict[str, 
         acc["currentByStyle"] = {k: round(sum(v) / len(v), 3) for k, v in sorted(by_style.items())}
         acc["seconds"] = round(took, 1)
         results["systems"][system] = acc
-        if system == "truth":
+        if system == "truth" and linked:  # (--linked 0: no linked notes to find)
             results["neighbours"] = neighbour_recall(mem, linked)
         mem.close()
         print(system, json.dumps(acc), flush=True)

@@ -27,7 +27,9 @@ from mdmem.util.tokens import estimate_tokens
 
 __all__ = ["Indexer", "SyncReport", "embedding_input", "embedding_inputs", "is_utf8", "printable", "sha256"]
 
-SCHEMA_IDENTITY = 4  # 3: supersessions are indexed (mdmem.files.supersession); 4: links (files.links)
+# 3: supersessions are indexed (mdmem.files.supersession); 4: links (files.links); 5: PostgreSQL postings keep
+# token positions (identifier phrases, mdmem.store.pg.keyword)
+SCHEMA_IDENTITY = 5
 CHUNKER_VERSION = 1
 Progress = Callable[[int, int, str], None]
 

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mdmem.search.query import WORD, fold
+from mdmem.search.query import WORD, fold, phrase_pattern
 from mdmem.search.scoring import same_stem
 from mdmem.util.redaction import find_secrets, marker
 from mdmem.util.tokens import CJK_RUN
@@ -120,10 +120,12 @@ class TermMatcher:
     """Which query terms a line holds: words by a shared stem-like prefix of up to five letters, as keyword
     search attributes matches (``scoring.same_stem``), CJK terms as substrings; case and accents folded as
     FTS5 folds them. One regular expression finds the candidate words of a line; each distinct word found
-    is attributed to its terms once."""
+    is attributed to its terms once. An identifier's phrase (a term holding a space: ``nimbus 14``) is held by
+    a line that writes its parts together (``query.phrase_pattern``)."""
 
     def __init__(self, terms: Sequence[str]) -> None:
         folded = [(term, fold(term)) for term in terms]
+        self.phrases = [(term, re.compile(phrase_pattern(t))) for term, t in folded if " " in t]
         self.cjk = [(term, t) for term, t in folded if CJK_RUN.fullmatch(t)]
         self.words = [(term, t) for term, t in folded if not CJK_RUN.fullmatch(t) and WORD.fullmatch(t)]
         alternatives = sorted({a for _, t in self.words for a in _alternatives(t)}, key=len, reverse=True)
@@ -133,6 +135,7 @@ class TermMatcher:
     def held(self, line: str) -> set[str]:
         folded = fold(line)
         found = {term for term, t in self.cjk if t in folded}
+        found.update(term for term, pattern in self.phrases if pattern.search(folded))
         if self.pattern is not None:
             plain = folded if folded.isascii() else CJK_RUN.sub(" ", folded)
             for word in self.pattern.findall(plain):

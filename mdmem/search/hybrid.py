@@ -4,6 +4,9 @@ Scoring rules (also in the README):
 
 - Vector score = cosine similarity (1 - cosine distance), clamped to [0, 1].
 - Keyword score: FTS5 ``bm25()`` (porter-stemmed, diacritics removed) is negative, more negative is better.
+  A compound identifier in the query (``Nimbus-14``, ``v2.3.1``, ``snake_case``) is searched as its parts
+  and as the phrase of its parts (``mdmem.search.query.keyword_query``): one more BM25 term, held only by
+  chunks where the parts stand adjacent and in order.
   ``query.keywordScore`` maps it to [0, 1]: ``relative`` negates it and divides by the best candidate's,
   so the best keyword match scores 1.0; ``coverage`` divides by the score of an average chunk holding
   every query term once (the sum of the terms' IDFs); ``blend`` (default) is ``relative`` times the IDF
@@ -48,7 +51,14 @@ from typing import TYPE_CHECKING
 from mdmem.config.load import HybridConfig
 from mdmem.files.supersession import Supersession
 from mdmem.search.grouping import implicit_supersessions, newer_first, span_lines
-from mdmem.search.query import cjk_match, contains_all_terms, keyword_terms, query_terms
+from mdmem.search.query import (
+    cjk_match,
+    contains_all_terms,
+    identifier_phrases,
+    keyword_query,
+    keyword_terms,
+    query_terms,
+)
 from mdmem.search.scoring import (
     coverage_bm25,
     decay_factor,
@@ -193,7 +203,7 @@ def search(
         by_id = {h.chunk.id: h for h in hits if h.chunk.id is not None}
         texts = {rid: h.chunk.text for rid, h in by_id.items()}
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
-    snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
+    snippet_terms = keyword_terms(terms) + identifier_phrases(query) + [run for run in CJK_RUN.findall(query)]
     hits = hits[:max_results]
     supersessions = store.supersessions_touching(sorted({h.chunk.path for h in hits})) if hits else []
     if hits and current_first:  # implicit supersessions among the hits' lines, then the newer of a group first
@@ -227,7 +237,7 @@ def _keyword_scores(store: SearchStore, query: str, terms: list[str], k: int, sc
         for rid, s in found.items():
             scores[rid] = max(scores.get(rid, 0.0), s)
 
-    kept = [t for t in _prune_common(store, keyword_terms(terms)) if t]
+    kept = [t for t in _prune_common(store, keyword_query(query, terms)) if t]
     if kept:
         if scoring == "blend":
             found = store.keyword_matches(kept, k)

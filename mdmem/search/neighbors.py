@@ -126,8 +126,8 @@ def _answering(hits: Sequence[Hit], query: str) -> Callable[[str], bool]:
     query's words, and as many as the line of the hits holding the most."""
     names = query_names(query)
     if names:
-        named = mention_counter(" ".join(names))
-        return lambda text: named(text) >= len(names)
+        named, every = mention_counter(names), len(keyword_terms(query_terms(names)))
+        return lambda text: named(text) >= every
     count = mention_counter(query)
     best = max((count(line) for h in hits for line in h.chunk.text.split("\n")), default=0)
     need = max(1, (len(keyword_terms(query_terms(query))) + 1) // 2, best)

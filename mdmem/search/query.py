@@ -1,8 +1,13 @@
-"""The query side of keyword search, pure: terms, stop words, CJK runs, accent folding, exact hits.
+"""The query side of keyword search, pure: terms, stop words, identifier phrases, CJK runs, accent folding,
+exact hits.
 
 Used by the search (mdmem.search.hybrid), the pack's trimming (mdmem.pack.build, mdmem.pack.trim) and the
-stores'
-keyword plans; no I/O.
+stores' keyword plans; no I/O.
+
+Identifiers: a query token whose word parts are joined by ``- . _ / : \\ @ # + ~`` (``Nimbus-14``,
+``PROJ-123``, ``v2.3.1``, ``db-02.prod``, ``snake_case``, ``src/app.py``) is searched as its parts and,
+beside them, as the phrase of its parts (``"nimbus 14"``: the parts adjacent, in order), so a chunk that
+holds the identifier outranks chunks that hold its parts apart.
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ STOP_WORDS = frozenset(
     tell say said know remember recall""".split()
 )
 MAX_QUERY_TERMS = 64
+MAX_PHRASE_PARTS = 16  # an identifier of more parts (a long path) is searched by its parts only
 WORD = re.compile(r"\w+", re.UNICODE)
+PART = re.compile(r"[^\W_]+")  # a word part: letters and digits (an underscore joins parts)
+IDENTIFIER = re.compile(r"[^\W_]+(?:[-._/:\\@#+~]+[^\W_]+)+")
 NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 
@@ -43,6 +51,38 @@ def keyword_terms(terms: Sequence[str]) -> list[str]:
     """The terms worth sending to FTS5: stop words are dropped unless nothing else is left."""
     content = [t for t in terms if t not in STOP_WORDS]
     return content or list(terms)
+
+
+def identifier_phrases(query: str) -> list[str]:
+    """The phrases of the compound identifiers in ``query``: each identifier's parts, lower-cased and
+    space-joined (``Nimbus-14`` -> ``nimbus 14``), de-duplicated, in order. Identifiers holding CJK text are
+    left to the trigram search."""
+    seen: dict[str, None] = {}
+    for found in IDENTIFIER.findall(query.lower()):
+        parts = PART.findall(found)
+        if 2 <= len(parts) <= MAX_PHRASE_PARTS and not CJK_RUN.search(found):
+            seen.setdefault(" ".join(parts), None)
+    return list(seen)[:MAX_QUERY_TERMS]
+
+
+def keyword_query(query: str, terms: Sequence[str]) -> list[str]:
+    """What the keyword search asks the store for: the content terms (``keyword_terms``), a term of
+    underscore-joined parts as its parts, then the identifier phrases of ``query``. A term holding a space is
+    a phrase (the stores match its parts adjacent and in order)."""
+    out: dict[str, None] = {}
+    for term in keyword_terms(terms):
+        for part in PART.findall(term) if "_" in term else [term]:
+            out.setdefault(part, None)
+    for phrase in identifier_phrases(query):
+        out.setdefault(phrase, None)
+    return list(out)
+
+
+def phrase_pattern(phrase: str) -> str:
+    """A regular expression (for lower-cased text) of a phrase written as an identifier: its parts, whole,
+    joined by anything but letters and digits (``nimbus 14`` finds ``Nimbus-14``, ``nimbus_14``, ``Nimbus
+    14``). Parts match as written: the pack and snippets do not stem, as FTS5 does."""
+    return r"(?<![^\W_])" + r"[\W_]+".join(re.escape(p) for p in phrase.split()) + r"(?![^\W_])"
 
 
 def cjk_match(query: str) -> tuple[list[str], list[str]]:

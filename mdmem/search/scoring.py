@@ -76,9 +76,12 @@ def term_weights(
 
 
 def same_stem(word: str, term: str) -> bool:
-    """Whether a highlighted ``word`` is a form of ``term`` (the stemmer only strips suffixes)."""
+    """Whether a highlighted ``word`` is a form of ``term`` (the stemmer only strips suffixes). A phrase
+    (a term holding a space: an identifier's parts) is only ever itself."""
     if word == term:
         return True
+    if " " in word or " " in term:
+        return False
     n = min(len(word), len(term), 5)
     return n >= 3 and word[:n] == term[:n]
 

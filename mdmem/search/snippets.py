@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from mdmem.search.query import phrase_pattern
+
 SNIPPET_CHARS = 700
 
 
@@ -27,7 +29,8 @@ def make_snippet(text: str, terms: Sequence[str], heading: str = "", limit: int 
 def _window(text: str, terms: Sequence[str], budget: int) -> str:
     positions: list[tuple[int, int, str]] = []
     for term in terms:
-        for m in re.finditer(re.escape(term), text, flags=re.IGNORECASE):
+        pattern = phrase_pattern(term.lower()) if " " in term else re.escape(term)  # an identifier's phrase
+        for m in re.finditer(pattern, text, flags=re.IGNORECASE):
             positions.append((m.start(), m.end(), term.lower()))
             if len(positions) > 2000:
                 break

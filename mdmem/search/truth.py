@@ -19,7 +19,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mdmem.files.supersession import Supersession, strip_markers
-from mdmem.search.query import STOP_WORDS, WORD, fold, keyword_terms, query_terms
+from mdmem.search.query import (
+    STOP_WORDS,
+    WORD,
+    fold,
+    identifier_phrases,
+    keyword_terms,
+    phrase_pattern,
+    query_terms,
+)
 from mdmem.search.scoring import log_date
 from mdmem.util.tokens import CJK_RUN
 
@@ -82,27 +90,34 @@ def fact_text(text: str) -> str:
 
 
 def mentions(subject: str, text: str) -> int:
-    """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings)."""
+    """How many of the subject's words (stop words aside) the line holds, as words (CJK runs as substrings).
+    An identifier's parts count only where the line writes the identifier: ``Nimbus-9 at [14:05]`` does not
+    mention ``Nimbus-14``."""
     return mention_counter(subject)(text)
 
 
-def query_names(query: str) -> list[str]:
-    """The words of ``query`` that name something: written with a capital or a digit (``Priya``, ``Okafor's``,
-    ``Nimbus-14``, ``CI``), stop words and question words aside; folded, as ``mentions`` counts them."""
-    words = re.findall(r"\w+(?:[-.]\w+)*", re.sub(r"['’]s\b", "", query))  # Okafor's: Okafor
-    names = [w for w in words if w[:1].isupper() or any(c.isdigit() for c in w)]
-    return [t for t in keyword_terms(query_terms(" ".join(names))) if t not in STOP_WORDS]
+def query_names(query: str) -> str:
+    """The words of ``query`` that name something, as written: with a capital or a digit (``Priya``,
+    ``Okafor's``, ``Nimbus-14``, ``CI``), stop words and question words aside; "" when none does. A line names
+    them all when ``mentions(names, line)`` counts every term of them (an identifier's parts only together)."""
+    words = re.findall(r"\w+(?:[-.:/]\w+)*", re.sub(r"['’]s\b", "", query))  # Okafor's: Okafor
+    names = [w for w in words if (w[:1].isupper() or any(c.isdigit() for c in w)) and fold(w) not in STOP_WORDS]
+    return " ".join(names)
 
 
 def mention_counter(subject: str) -> Callable[[str], int]:
-    """``mentions`` for one subject and many lines: the subject's words are taken apart once."""
+    """``mentions`` for one subject and many lines: the subject's words and identifiers are taken apart once."""
     terms = [fold(term) for term in keyword_terms(query_terms(subject))]
     cjk = [(t, CJK_RUN.findall(t)) for t in terms]
+    phrases = [(re.compile(phrase_pattern(p)), p.split()) for p in identifier_phrases(fold(subject))]
 
     def count(text: str) -> int:
         folded = fold(text)
         stems = {_stem(w) for w in WORD.findall(CJK_RUN.sub(" ", folded))}
-        return sum(all(run in folded for run in runs) if runs else _stem(t) in stems for t, runs in cjk)
+        apart = {part for pattern, parts in phrases if not pattern.search(folded) for part in parts}
+        return sum(
+            0 if t in apart else all(run in folded for run in runs) if runs else _stem(t) in stems for t, runs in cjk
+        )
 
     return count
 

@@ -35,7 +35,9 @@ _RANKED = "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts WHER
 
 
 def fts_match(terms: Sequence[str]) -> str | None:
-    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives."""
+    """An FTS5 MATCH expression: each term a double-quoted string, OR-joined. No FTS syntax survives. A term
+    of several tokens (``nimbus 14``: an identifier's parts, mdmem.search.query) is a phrase: its tokens
+    adjacent, in order, in one column; BM25 scores it as one more term, so both plans stay exact."""
     quoted = ['"' + t.replace('"', '""') + '"' for t in terms if t]
     return " OR ".join(quoted) if quoted else None
 

@@ -16,6 +16,7 @@ from mdmem.store.pg import keyword
 from mdmem.store.pg import vectors as vector_sql
 from mdmem.store.pg.connection import borrows, current, give_back, spare
 from mdmem.store.pg.view import PgIndexView
+from mdmem.store.terms import text_terms
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,36 +46,52 @@ class PgSearching:
 
     @borrows
     def keyword_matches(self, words: Sequence[str], k: int) -> list[tuple[int, float, set[str]]]:
-        """Like ``keyword``, plus which of ``words`` each chunk holds (all of a word's terms), lower-cased:
-        what the SQLite store's highlighted words tell the search."""
-        parts = {w.lower(): keyword.query_terms([w]) for w in words if w}
-        terms = list(dict.fromkeys(t for ts in parts.values() for t in ts))
+        """Like ``keyword``, plus which of ``words`` each chunk holds, lower-cased: what the SQLite store's
+        highlighted words tell the search. A word of several terms (``nimbus 14``, ``v2.3.1``) is a phrase,
+        as FTS5 reads a quoted string: its terms adjacent and in order."""
+        listed = [w for w in dict.fromkeys(w.lower() for w in words if w)]
+        keys = {w: ts for w, ts in zip(listed, text_terms(listed), strict=True) if ts}
+        terms = list(dict.fromkeys(ts[0] for ts in keys.values() if len(ts) == 1))
+        phrases = [ts for ts in keys.values() if len(ts) > 1]
         totals, df = self.view.totals(), self.document_frequencies(terms)
+        df.update({keyword.phrase_key(p): self.phrase_frequency(p, totals.chunks + 1) for p in phrases})
         with self.view.conn.cursor() as cur:
-            ranked = keyword.bm25(cur, self.view.schema, self.view.agent_id, self.view.gen, terms, k, totals, df)
-        return [(cid, rank, {w for w, ts in parts.items() if ts and set(ts) <= found}) for cid, rank, found in ranked]
+            ranked = keyword.bm25(
+                cur, self.view.schema, self.view.agent_id, self.view.gen, terms, k, totals, df, phrases
+            )
+        return [
+            (cid, rank, {w for w, ts in keys.items() if keyword.phrase_key(ts) in found}) for cid, rank, found in ranked
+        ]
 
     @borrows
     def term_frequency_at_least(self, word: str, limit: int) -> int:
-        """How many chunks hold ``word`` (every one of its terms), counting no further than ``limit``."""
-        terms = keyword.query_terms([word])
+        """How many chunks hold ``word`` (a word of several terms as a phrase), counting no further than
+        ``limit``."""
+        terms = text_terms([word])[0]
         if not terms:
             return 0
         if len(terms) == 1:
             return min(self.document_frequencies(terms)[terms[0]], int(limit))
+        return self.phrase_frequency(terms, limit)
+
+    @borrows
+    def phrase_frequency(self, phrase: Sequence[str], limit: int) -> int:
+        """How many chunks hold ``phrase`` (FTS5 terms), counting no further than ``limit``. Counted in full
+        once (the search asks with two limits: pruning, then BM25) and remembered until the generation is
+        written to."""
         key = (self.view.gen, self.view.totals().version)
         if self.view.df[0] != key:
             self.view.df = (key, {})
-        known = self.view.df[1].get((word, limit))
-        if known is not None:
-            return known
-        row = self.view.conn.execute(
-            f"SELECT count(*) FROM (SELECT chunk_id FROM {self.view.schema}.postings WHERE agent_id = %s AND gen = %s "
-            "AND term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s LIMIT %s) hits",
-            (self.view.agent_id, self.view.gen, terms, len(terms), int(limit)),
-        ).fetchone()
-        self.view.df[1][(word, limit)] = int(row[0])
-        return int(row[0])
+        memo_key = (keyword.phrase_key(phrase), -1)
+        known = self.view.df[1].get(memo_key)
+        if known is None:
+            every = self.view.totals().chunks + 1
+            with self.view.conn.cursor() as cur:
+                known = keyword.phrase_frequency(
+                    cur, self.view.schema, self.view.agent_id, self.view.gen, phrase, every
+                )
+            self.view.df[1][memo_key] = known
+        return min(known, int(limit))
 
     @borrows
     def document_frequencies(self, terms: Sequence[str]) -> dict[str, int]:
