@@ -182,23 +182,24 @@ def with_replacements(store: LinkReader, outcome: SearchOutcome, query: str, hop
                 continue
             if not answers(parts[n - c.start_line]):
                 continue
+            chain: list[Hit] = []  # the lines that replaced it, oldest first
             while key in newer and steps < hops:
                 key, steps = newer[key], steps + 1
                 if key in holder:  # a hit already: it moves up, before the older line's hit, scored at least as
                     held = holder[key]  # that hit (as a chunk fetched for it is), so the pack's minScore keeps it
-                    hits.append(held if held.score >= hit.score else replace(held, score=hit.score))
-                    added = True
+                    chain.append(held if held.score >= hit.score else replace(held, score=hit.score))
                     continue
                 chunk = _chunk_at(store.chunks_of(key[0]), key[1])
                 if chunk is None or not chunk.start_line <= key[1] <= chunk.end_line:
                     break
                 new_hit = Hit(chunk, hit.score, hit.vector_score, hit.text_score)
                 holder.update(((chunk.path, m), new_hit) for m in range(chunk.start_line, chunk.end_line + 1))
-                hits.append(new_hit)
+                chain.append(new_hit)
                 more = store.supersessions_touching([chunk.path])
                 sups += more
                 newer.update({(s.old_path, s.old_line): (s.new_path, s.new_line) for s in more if s.new_path})
-                added = True
+            hits.extend(reversed(chain))  # the newest first, then the versions between, newest to oldest
+            added = added or bool(chain)
         hits.append(hit)
     return replace(outcome, hits=_once(hits), supersessions=list(dict.fromkeys(sups))) if added else outcome
 
