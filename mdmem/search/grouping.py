@@ -140,8 +140,13 @@ def implicit_supersessions(lines: Sequence[Line], explicit: Sequence[Supersessio
 def _eligible(path: str, n: int, text: str, spoken: set[tuple[str, int]]) -> str:
     """The date of a line that may join a group; "" for a heading, a question, an undated line, or a line an
     explicit supersession or its own marks speak of (the explicit convention speaks for it)."""
+    return "" if (path, n) in spoken else _dated(path, text)
+
+
+@lru_cache(maxsize=LINES_REMEMBERED)
+def _dated(path: str, text: str) -> str:
     stripped = text.strip()
-    if (path, n) in spoken or stripped.startswith("#") or stripped.endswith("?") or _marked(text, path):
+    if stripped.startswith("#") or stripped.endswith("?") or _marked(text, path):
         return ""
     return line_date(path, text)
 
@@ -198,6 +203,8 @@ def newer_first(spans: Sequence[Span], supersessions: Sequence[Supersession]) ->
     """The order of ``spans`` (indices) in which a result all of whose facts are superseded comes right after the
     result holding what superseded them, when that result ranked lower; every other result keeps its place."""
     order = list(range(len(spans)))
+    if not supersessions:
+        return order
     where: dict[tuple[str, int], int] = {}
     for i, (path, start, end, _) in enumerate(spans):
         for n in range(start, end + 1):
