@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "workspace-template"
 SHARED = Path(os.environ.get("MDMEMORY_TEST_SHARED") or ROOT.parent / "shared")
 MINILM = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
-TOOLS = {"memory_search", "memory_get", "memory_pack", "memory_status"}
+TOOLS = {"memory_search", "memory_get", "memory_pack", "memory_truth", "memory_status", "memory_remember"}
 
 
 class Failed(Exception):
