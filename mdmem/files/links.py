@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
 
+from mdmem.files.fences import outside_fences
+
 __all__ = ["Link", "Resolver", "fold_name", "heading_slug", "parse_links"]
 
 _WIKI = re.compile(r"(?<!!)\[\[([^\[\]\n|]*?)(?:\|([^\[\]\n]*))?\]\]")
@@ -30,7 +32,6 @@ _MD = re.compile(
     r"(?<![!\\])\[(?:[^\[\]\n]|\[[^\[\]\n]*\])*\]\(\s*(<[^>\n]+>|[^\s()]+(?:\([^\s()]*\)[^\s()]*)*)(?:\s+\"[^\"\n]*\")?\s*\)"
 )
 _CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _ALIASES = re.compile(r"^aliases\s*:\s*(.*)$", re.IGNORECASE)
 _LINE_ANCHOR = re.compile(r"^L\d+(?:-L?\d+)?$")
@@ -76,17 +77,7 @@ def parse_links(text: str, path: str) -> list[Link]:
         if end is not None:
             out.extend(_aliases(lines[1:end], path))
             start = end + 1
-    fence: str | None = None
-    for n in range(start, len(lines)):
-        line = lines[n]
-        opened = _FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
+    for n, line in outside_fences(lines, start):
         if "[" not in line:
             continue
         bare = _CODE_SPAN.sub(lambda m: " " * len(m.group()), line)

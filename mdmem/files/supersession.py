@@ -24,6 +24,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
+from mdmem.files.fences import outside_fences
 from mdmem.files.workspace import ROOT_FILES
 
 __all__ = ["Supersession", "marker", "parse_ref", "parse_supersessions", "strip_markers"]
@@ -41,7 +42,6 @@ _SUPERSEDES = re.compile(
 _LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 _STRUCK = re.compile(r"^~~(?!~)(?P<fact>.+?)(?<!~)~~$")
 _LINE_REF = re.compile(r"^(?P<path>[^#]*)#L(?P<line>\d+)(?:-L?\d+)?$")
-_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 
 
 @dataclass(frozen=True)
@@ -81,17 +81,8 @@ def parse_ref(ref: str, base: str = "") -> tuple[str, int] | None:
 def parse_supersessions(text: str, path: str) -> list[Supersession]:
     """Every supersession the lines of ``text`` (the file ``path``) declare, in line order."""
     out: list[Supersession] = []
-    fence: str | None = None
-    for n, line in enumerate(text.split("\n"), start=1):
-        opened = _FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
-        out.extend(_line_supersessions(line, n, path))
+    for n, line in outside_fences(text.split("\n")):
+        out.extend(_line_supersessions(line, n + 1, path))
     return out
 
 
