@@ -37,3 +37,19 @@ class ChunkRow:
     heading: str
     text: str
     id: int | None = None
+
+
+USE_KINDS = ("search", "pack", "get")
+"""What a use is: a search hit shown, a pack (or recall) item included, a memory_get read."""
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """How often one kind of use (``USE_KINDS``) reached a chunk (``chunk``: its hash) or a whole file (``chunk``
+    empty: a memory_get), and when last (a UNIX time). Kept in the index, never in the Markdown."""
+
+    path: str
+    chunk: str
+    kind: str
+    uses: int
+    last_used_at: float

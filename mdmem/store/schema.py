@@ -165,12 +165,22 @@ def _m5_links(conn: sqlean.Connection) -> None:
     conn.execute("CREATE INDEX links_name ON links(name)")
 
 
+def _m6_usage(conn: sqlean.Connection) -> None:
+    """How often each chunk and file was used, by kind (mdmem.store.usage): not derived from the files, so a
+    rebuild copies it over; an index of an older version starts with none."""
+    conn.execute(
+        "CREATE TABLE usage (path TEXT NOT NULL, chunk TEXT NOT NULL, kind TEXT NOT NULL, uses INTEGER NOT NULL, "
+        "last_used_at REAL NOT NULL, PRIMARY KEY (path, chunk, kind)) WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [
     _m1_initial,
     _m2_stemming_and_windows,
     _m3_pending_embeddings,
     _m4_supersessions,
     _m5_links,
+    _m6_usage,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

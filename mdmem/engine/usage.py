@@ -1,0 +1,130 @@
+"""Use tracking (docs/lifecycle.md): what searches showed, packs (and recalls) included and memory_get read,
+counted per chunk and per file in the index, never in the Markdown.
+
+A use is added to an in-memory accumulator (a dict, under a lock: no database on the hot path); the
+accumulator is written to the index in one transaction at most every ``usage.flushSeconds`` (by the use that
+finds it due) and when the engine closes. A read-only index or replica drops what it cannot write and says
+so in status; a write that fails otherwise keeps the counts for the next flush (up to ``MAX_PENDING`` keys).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mdmem.store.rows import USE_KINDS, UsageRow
+from mdmem.util.errors import StoreError
+
+if TYPE_CHECKING:
+    from mdmem.config.settings import UsageConfig
+    from mdmem.store.api import IndexStore
+
+MAX_PENDING = 50_000  # keys kept while writes fail; past this the oldest counts are dropped
+
+
+class UsageTracker:
+    """The accumulator of one engine: ``record`` on every use, ``flush`` when due and at close."""
+
+    def __init__(
+        self, store: Callable[[], IndexStore], settings: UsageConfig, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.enabled = settings.enabled
+        self.flush_seconds = settings.flush_seconds
+        self.clock = clock
+        self.pending: dict[tuple[str, str, str], list[float]] = {}  # (path, chunk, kind) -> [uses, last]
+        self.lock = threading.Lock()
+        self.next_flush = clock() + settings.flush_seconds
+        self.dropped = 0  # uses a read-only index could not keep
+        self.last_error: str | None = None
+
+    def record(self, kind: str, used: Iterable[tuple[str, str]]) -> None:
+        """Count one use of ``kind`` for each (path, chunk hash) in ``used`` (chunk "": the whole file)."""
+        if not self.enabled:
+            return
+        if kind not in USE_KINDS:
+            raise ValueError(f"unknown use kind {kind!r}: one of {', '.join(USE_KINDS)}")
+        now = self.clock()
+        with self.lock:
+            for path, chunk in dict.fromkeys(used):
+                slot = self.pending.setdefault((path, chunk, kind), [0, now])
+                slot[0] += 1
+                slot[1] = now
+            due = now >= self.next_flush
+        if due:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write the counts gathered so far; returns how many rows went (0 when none, or when the write failed)."""
+        with self.lock:
+            self.next_flush = self.clock() + self.flush_seconds
+            if not self.pending:
+                return 0
+            taken, self.pending = self.pending, {}
+        rows = [UsageRow(p, c, k, int(v[0]), v[1]) for (p, c, k), v in taken.items()]
+        try:
+            self.store().add_usage(rows)
+        except StoreError as exc:
+            self._failed(taken, exc, read_only=exc.kind == "read-only")
+            return 0
+        except Exception as exc:  # a database error the store did not translate: keep the counts, say why
+            self._failed(taken, exc, read_only=False)
+            return 0
+        self.last_error = None
+        return len(rows)
+
+    def _failed(self, taken: dict[tuple[str, str, str], list[float]], exc: BaseException, *, read_only: bool) -> None:
+        self.last_error = f"uses not recorded: {exc}"
+        if read_only:
+            self.dropped += sum(int(v[0]) for v in taken.values())
+            return
+        with self.lock:
+            for key, (uses, last) in taken.items():
+                slot = self.pending.setdefault(key, [0, last])
+                slot[0] += uses
+                slot[1] = max(slot[1], last)
+            while len(self.pending) > MAX_PENDING:
+                self.dropped += int(self.pending.pop(next(iter(self.pending)))[0])
+
+    def state(self) -> dict[str, Any]:
+        """What status shows of the accumulator: uses waiting to be written, dropped, the last failure."""
+        with self.lock:
+            waiting = sum(int(v[0]) for v in self.pending.values())
+        return {"enabled": self.enabled, "waiting": waiting, "dropped": self.dropped, "error": self.last_error}
+
+
+@dataclass(frozen=True)
+class FileUse:
+    """One file's uses: in all, by kind, and the last one (None: never used)."""
+
+    path: str
+    uses: int
+    by_kind: dict[str, int]
+    last_used_at: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "uses": self.uses, "byKind": self.by_kind, "lastUsedAt": self.last_used_at}
+
+
+def file_uses(paths: Iterable[str], rows: Iterable[UsageRow]) -> dict[str, FileUse]:
+    """The uses of each of ``paths`` (indexed files), summed over their chunks from ``rows``."""
+    uses: dict[str, dict[str, int]] = {p: {} for p in paths}
+    last: dict[str, float] = {}
+    for r in rows:
+        if r.path not in uses:
+            continue  # a file no longer indexed (moved or removed): its counts wait for it
+        uses[r.path][r.kind] = uses[r.path].get(r.kind, 0) + r.uses
+        last[r.path] = max(last.get(r.path, 0.0), r.last_used_at)
+    return {p: FileUse(p, sum(k.values()), dict(sorted(k.items())), last.get(p)) for p, k in uses.items()}
+
+
+def hottest_and_coldest(uses: dict[str, FileUse], limit: int) -> dict[str, list[dict[str, Any]]]:
+    """The ``limit`` most used files (most uses, then the latest) and the ``limit`` coldest (never used first,
+    then the longest unused), each ``FileUse.to_dict``."""
+    ranked = sorted(uses.values(), key=lambda u: (-u.uses, -(u.last_used_at or 0.0), u.path))
+    hot = [u for u in ranked if u.uses][:limit]
+    cold = sorted(uses.values(), key=lambda u: (u.last_used_at or 0.0, u.uses, u.path))[:limit]
+    return {"hottest": [u.to_dict() for u in hot], "coldest": [u.to_dict() for u in cold]}
