@@ -100,14 +100,24 @@ def test_a_read_only_index_answers_and_drops_its_uses(tmp_path: Path, workspace:
 
 def test_usage_command_and_status(tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     notes(workspace)
-    cfg = str(write_config(tmp_path / "c.json5", workspace, {"memorySearch": {"provider": "none"}}))
+    store = tmp_path / "idx" / "main.sqlite"
+    ms = {"provider": "none", "store": {"path": str(store)}}
+    cfg = str(write_config(tmp_path / "c.json5", workspace, {"memorySearch": ms}))
     assert run_cli(["search", "--config", cfg, "heron"]) == 0
+    stamp = store.stat().st_mtime_ns
     assert run_cli(["get", "--config", cfg, "memory/people/bob.md"]) == 0
     assert run_cli(["get", "--config", cfg, "memory/people/bob.md", "--from", "3", "--lines", "1"]) == 0
+    # `mdmem get` opens no index: its use waits in the spool beside it, one line per process
+    assert store.stat().st_mtime_ns == stamp
+    spool = store.with_name("main.sqlite.uses")
+    assert [json.loads(line)[0][:4] for line in spool.read_text().splitlines()] == [
+        ["memory/people/bob.md", "", "get", 1]
+    ] * 2
     capsys.readouterr()
     assert run_cli(["usage", "--config", cfg, "--json", "--limit", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert [(f["path"], f["byKind"]) for f in out["hottest"]] == [("memory/people/bob.md", {"get": 2})]
+    assert not spool.exists() and not list(spool.parent.glob("*.uses.*"))  # taken into the index
     assert len(out["coldest"]) == 1 and out["coldest"][0]["uses"] == 0
     assert run_cli(["usage", "--config", cfg]) == 0
     text = capsys.readouterr().out

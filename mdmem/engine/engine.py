@@ -66,7 +66,8 @@ class Engine:
         self.providers = ProviderChoiceKeeper(agent, self.env, lambda: self.keeper.store, choice)
         self.keeper = IndexKeeper(agent, self.workspace, self.providers)
         self.catchup = CatchUp(self.keeper, config, self.env, self.sibling)
-        self.usage = UsageTracker(lambda: self.keeper.store, self.settings.usage)
+        spool = agent.store_path.with_name(agent.store_path.name + ".uses")  # see mdmem.engine.usage
+        self.usage = UsageTracker(lambda: self.keeper.store, self.settings.usage, spool)
 
     def sibling(self, should_stop: Callable[[], bool] | None = None) -> Engine:
         """A second engine on this agent: its own connection to the index, this engine's provider."""
@@ -78,7 +79,7 @@ class Engine:
         """Stop the background work, close the index; the provider too unless another engine shares it."""
         self.catchup.stop()
         if self.settings.enabled:
-            self.usage.flush()
+            self.usage.close(index_open=self.keeper.opened is not None)
         self.keeper.release_store()
         self.providers.close(provider)
 
@@ -260,33 +261,40 @@ class Engine:
         from mdmem.engine.status import build_status
 
         out = build_status(self.keeper, self.catchup, self.config, self.disabled_reason())
-        out.update(self.use_status())
+        readable = (out.get("storeState") or {}).get("state") in ("ok", "read-only", "full")
+        out.update(self.use_status(readable))
         return out
 
     # -- uses and the lifecycle (docs/lifecycle.md) -----------------------------------------------------
     def usage_report(self, limit: int = 10) -> dict[str, Any]:
         """``Memory.usage`` (see there)."""
-        from mdmem.engine.usage import file_uses, hottest_and_coldest
-
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             from mdmem.util.errors import InvalidArgumentError
 
             raise InvalidArgumentError(f"usage: the limit must be an integer from 1 to 1000, got {limit!r}")
-        self.usage.flush()
         with self.keeper.store_faults():
-            store = self.keeper.store
-            uses = file_uses(store.files(), store.usage_rows())
+            return self._usage_view(limit)
+
+    def _usage_view(self, limit: int) -> dict[str, Any]:
+        from mdmem.engine.usage import file_uses, hottest_and_coldest
+
+        self.usage.flush()
+        store = self.keeper.store
+        uses = file_uses(store.files(), store.usage_rows())
         return {"files": len(uses), "used": sum(1 for u in uses.values() if u.uses), **hottest_and_coldest(uses, limit)}
 
-    def use_status(self) -> dict[str, Any]:
-        """The uses (the three hottest and coldest files, the accumulator) and the last lifecycle receipt."""
+    def use_status(self, readable: bool = True) -> dict[str, Any]:
+        """The uses (the three hottest and coldest files, the accumulator) and the last lifecycle receipt; the
+        uses only from an index status found ``readable``, and without recording a failure (status reports)."""
         from mdmem.engine.archiving import last_receipts
 
         out: dict[str, Any] = {"lifecycle": last_receipts(self.agent)}
         if not self.settings.enabled:
             return out
         try:
-            usage = {**self.usage_report(3), **self.usage.state()}
+            if not readable:
+                raise RuntimeError("the index cannot be read (see storeState)")
+            usage = {**self._usage_view(3), **self.usage.state()}
         except Exception as exc:  # status never fails: the index's own state is reported above
             usage = {**self.usage.state(), "error": f"uses unavailable: {exc}"}
         return {"usage": usage, **out}

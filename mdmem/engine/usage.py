@@ -5,14 +5,23 @@ A use is added to an in-memory accumulator (a dict, under a lock: no database on
 accumulator is written to the index in one transaction at most every ``usage.flushSeconds`` (by the use that
 finds it due) and when the engine closes. A read-only index or replica drops what it cannot write and says
 so in status; a write that fails otherwise keeps the counts for the next flush (up to ``MAX_PENDING`` keys).
+
+A process that closes without having opened its index (``mdmem get``: one file read, no index) appends its
+counts to a spool file beside the index (``<index>.uses``, one line, one write) instead of opening it; the
+next flush of any process that has the index open takes the spool (renamed to a name of its own first, so
+two processes never take the same lines) and adds it to the index.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mdmem.store.rows import USE_KINDS, UsageRow
@@ -29,9 +38,14 @@ class UsageTracker:
     """The accumulator of one engine: ``record`` on every use, ``flush`` when due and at close."""
 
     def __init__(
-        self, store: Callable[[], IndexStore], settings: UsageConfig, clock: Callable[[], float] = time.time
+        self,
+        store: Callable[[], IndexStore],
+        settings: UsageConfig,
+        spool: Path | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.spool = spool
         self.enabled = settings.enabled
         self.flush_seconds = settings.flush_seconds
         self.clock = clock
@@ -57,10 +71,63 @@ class UsageTracker:
         if due:
             self.flush()
 
+    def close(self, index_open: bool) -> None:
+        """At the end: write what waits, to the index when it is open, else to the spool (see the docstring)."""
+        if index_open or self.spool is None:
+            self.flush()
+            return
+        with self.lock:
+            taken, self.pending = self.pending, {}
+        if not taken:
+            return
+        line = json.dumps([[p, c, k, int(v[0]), v[1]] for (p, c, k), v in taken.items()]) + "\n"
+        try:
+            self.spool.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.spool, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.dropped += sum(int(v[0]) for v in taken.values())
+            self.last_error = f"uses not recorded: {exc.strerror or exc}"
+
+    def _take_spool(self) -> dict[tuple[str, str, str], list[float]]:
+        """The counts other processes left in the spool, now this process's (the file renamed, read, removed)."""
+        if self.spool is None or not self.spool.exists():
+            return {}
+        mine = self.spool.with_name(f"{self.spool.name}.{os.getpid()}.{threading.get_ident()}")
+        try:
+            os.rename(self.spool, mine)
+        except OSError:
+            return {}  # another process took it
+        found: dict[tuple[str, str, str], list[float]] = {}
+        try:
+            lines = mine.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return {}
+        for line in lines:
+            try:
+                for p, c, k, uses, last in json.loads(line):
+                    slot = found.setdefault((str(p), str(c), str(k)), [0, float(last)])
+                    slot[0] += int(uses)
+                    slot[1] = max(slot[1], float(last))
+            except (ValueError, TypeError):
+                continue  # a torn line: what it held is lost, nothing else
+        with contextlib.suppress(OSError):
+            mine.unlink()
+        return found
+
     def flush(self) -> int:
-        """Write the counts gathered so far; returns how many rows went (0 when none, or when the write failed)."""
+        """Write the counts gathered so far (and the spool's); returns how many rows went (0 when none, or when
+        the write failed)."""
+        spooled = self._take_spool()
         with self.lock:
             self.next_flush = self.clock() + self.flush_seconds
+            for key, (uses, last) in spooled.items():
+                slot = self.pending.setdefault(key, [0, last])
+                slot[0] += uses
+                slot[1] = max(slot[1], last)
             if not self.pending:
                 return 0
             taken, self.pending = self.pending, {}
