@@ -270,3 +270,41 @@ def test_lifecycle_commands(tmp_path: Path, workspace: Path, capsys: pytest.Capt
     assert "memory/archive/2025/2025-02-01.md → memory/2025-02-01.md" in capsys.readouterr().out
     assert run_cli(["lifecycle", "revive", "--config", cfg, "memory/2099-01-01.md"]) == 2
     assert "not an archived memory file" in capsys.readouterr().err
+
+
+def test_watch_applies_on_schedule_once_per_period(tmp_path: Path, workspace: Path) -> None:
+    from tests.daemon_helpers import Daemon
+
+    workspace_with_history(workspace)
+    ms = {"provider": "none", "lifecycle": {"schedule": "daily"}}
+    cfg = write_config(tmp_path / "c.json5", workspace, {"memorySearch": ms})
+    daemon = Daemon(cfg)
+    try:
+        event = daemon.wait_for(lambda e: e["event"] == "lifecycle", timeout=60)
+        assert event == {**event, "agent": "main", "archived": 3, "revived": 0, "skipped": 0}
+    finally:
+        assert daemon.stop() == 0
+    assert {"memory/archive/2024/2024-01-05.md", "memory/archive/2025/2025-02-01.md"} <= set(tree(workspace))
+    again = Daemon(cfg)  # the day has not passed: the next daemon does not apply again
+    try:
+        again.wait_for(lambda e: e["event"] == "watching", timeout=60)
+        time.sleep(3)  # more than a heartbeat
+    finally:
+        assert again.stop() == 0
+    assert [e for e in again.log if e["event"] == "lifecycle"] == []
+    with Memory.open(config_path=cfg) as mem:
+        assert mem.status()["lifecycle"]["runs"] == 1
+
+
+def test_no_schedule_no_moves(tmp_path: Path, workspace: Path) -> None:
+    from tests.daemon_helpers import Daemon
+
+    texts = workspace_with_history(workspace)
+    cfg = write_config(tmp_path / "c.json5", workspace, {"memorySearch": {"provider": "none"}})
+    daemon = Daemon(cfg)
+    try:
+        daemon.wait_for(lambda e: e["event"] == "sync", timeout=60)
+        time.sleep(3)
+    finally:
+        assert daemon.stop() == 0
+    assert tree(workspace) == texts and not [e for e in daemon.log if e["event"] == "lifecycle"]

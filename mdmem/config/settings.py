@@ -150,6 +150,8 @@ class LifecycleConfig:
 
     tiers: tuple[TierConfig, ...] = (TierConfig(),)
     revive_on_use: bool = True  # apply brings back an archived file read (memory_get) or packed since it moved
+    # "off": only a person runs apply; else `mdmem watch` applies once per period (counted from the last apply)
+    schedule: Literal["off", "hourly", "daily", "weekly"] = "off"
 
 
 MEMORY_SOURCES = ("memory", "sessions")

@@ -214,7 +214,9 @@ def check_ours(conn: sqlean.Connection, path: Path) -> None:
     if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
         return
     names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
-    if names:
+    # read again: another connection may have created the index between the two reads (its first migration
+    # commits the tables and the version together)
+    if names and int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
         raise StoreError(
             f"{path} is not an mdmem index (no schema version, tables {', '.join(names)}): if it is a damaged "
             "index, run `mdmem index --force` to move it aside and rebuild it from the memory files; "
