@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,3 +142,31 @@ def test_hottest_and_coldest_order() -> None:
     view = hottest_and_coldest(uses, 2)
     assert [f["path"] for f in view["hottest"]] == ["a.md", "b.md"]  # same uses: the latest first
     assert [f["path"] for f in view["coldest"]] == ["c.md", "b.md"]
+
+
+@pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)
+def test_store_migrate_carries_the_counts_without_adding_them_twice(
+    workspace: Path,
+    make_memory: Callable[..., Memory],
+    store_backend: dict[str, Any],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from mdmem.cli.commands import main
+
+    notes(workspace)
+    lite = make_memory({"store": {**store_backend, "backend": "sqlite"}}, provider="none")  # config-0
+    lite.search("heron")
+    lite.get("memory/people/bob.md")
+    lite.close()
+    for _ in range(2):  # twice: the second copy replaces the first one's counts
+        assert main(["store", "migrate", "--to", "postgres", "--config", str(tmp_path / "config-0.json5")]) == 0
+    pg = make_memory(provider="none")  # config-1: postgres
+    expected = {("memory/2026-05-02.md", "search"): 1, ("memory/people/bob.md", "get"): 1}
+    assert by_kind(pg.store.usage_rows()) == expected
+    pg.search("heron")
+    pg.close()
+    assert main(["store", "migrate", "--to", "sqlite", "--config", str(tmp_path / "config-1.json5")]) == 0
+    capsys.readouterr()
+    back = make_memory({"store": {**store_backend, "backend": "sqlite"}}, provider="none")
+    assert by_kind(back.store.usage_rows()) == {**expected, ("memory/2026-05-02.md", "search"): 2}

@@ -216,9 +216,9 @@ class IndexStore(SearchStore, Protocol):
         ...
 
     # -- uses (not derived from the files: kept across rebuilds) ----------------------------------
-    def add_usage(self, rows: Sequence[UsageRow]) -> None:
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
         """Add ``rows``' uses to the counts in one transaction (``StoreError`` kind ``read-only`` when the index
-        cannot be written: the caller drops them)."""
+        cannot be written: the caller drops them); ``replace``: the counts become ``rows``."""
         ...
 
     def usage_rows(self, path: str | None = None) -> list[UsageRow]:

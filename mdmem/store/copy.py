@@ -48,9 +48,7 @@ def copy_index(source: IndexStore, target: IndexStore, *, wait: float = 60.0) ->
             for group, items in source.cache_entries():
                 built.cache_put(*group, items)
                 counts["cacheEntries"] += len(items)
-            usage = source.usage_rows()
-            if usage:
-                built.add_usage(usage)
+            built.add_usage(source.usage_rows(), replace=True)  # the source's counts, not added to older ones
             for key in COPIED_META:
                 value = source.get_meta(key)
                 if value is not None:

@@ -292,11 +292,11 @@ class Store:
     ) -> list[Link]:
         return self.links.find(paths, targets, names)
 
-    def add_usage(self, rows: Sequence[UsageRow]) -> None:
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
         if self.readonly:  # no reopen here: the engine's accumulator drops what a read-only index cannot keep
             raise StoreError(f"the index {self.path} is read-only: uses are not recorded", kind="read-only")
         try:
-            self.usage.add(rows)
+            self.usage.add(rows, replace=replace)
         except sqlean.Error as exc:
             raise store_fault(exc, self.path) from exc
 

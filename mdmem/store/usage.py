@@ -16,9 +16,12 @@ class SqliteUsage:
     def __init__(self, db: SqliteDb) -> None:
         self.db = db
 
-    def add(self, rows: Sequence[UsageRow]) -> None:
-        """Add ``rows``' uses to the counts (one transaction); the latest use time wins."""
+    def add(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        """Add ``rows``' uses to the counts (one transaction); the latest use time wins. ``replace``: the counts
+        become ``rows`` (a copy from another store)."""
         with self.db.tx():
+            if replace:
+                self.db.conn.execute("DELETE FROM usage")
             self.db.conn.executemany(
                 f"INSERT INTO usage({_COLUMNS}) VALUES (?, ?, ?, ?, ?) ON CONFLICT(path, chunk, kind) DO UPDATE "
                 "SET uses = uses + excluded.uses, last_used_at = max(last_used_at, excluded.last_used_at)",

@@ -332,8 +332,8 @@ class PgStore:
     ) -> list[Link]:
         return self.links.find(paths, targets, names)
 
-    def add_usage(self, rows: Sequence[UsageRow]) -> None:
-        self.usage.add(rows)
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        self.usage.add(rows, replace=replace)
 
     def usage_rows(self, path: str | None = None) -> list[UsageRow]:
         return self.usage.rows(path)

@@ -26,10 +26,13 @@ class PgUsage:
         return self.view.session()
 
     @borrows
-    def add(self, rows: Sequence[UsageRow]) -> None:
-        """Add ``rows``' uses to the agent's counts (one transaction); the latest use time wins."""
+    def add(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        """Add ``rows``' uses to the agent's counts (one transaction); the latest use time wins. ``replace``:
+        the agent's counts become ``rows`` (a copy from another store)."""
         v = self.view
         with v.conn.transaction(), v.conn.cursor() as cur:
+            if replace:
+                cur.execute(f"DELETE FROM {v.schema}.usage WHERE agent_id = %s", (v.agent_id,))
             cur.executemany(
                 f"INSERT INTO {v.schema}.usage (agent_id, {_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
                 + _UPSERT.format(s=v.schema),
