@@ -101,18 +101,19 @@ def apply_plan(
     workspace: Workspace,
     moves: Sequence[Move],
     held: Sequence[Held],
-    store: Callable[[], IndexStore],
+    store: Callable[[], IndexStore] | None,
     *,
     action: str = "apply",
     moved: Callable[[Move], None] | None = None,
 ) -> dict[str, Any]:
     """Make ``moves`` (see mdmem.files.archive.move_file), give each revived file the uses its archived path
-    had, append the run's receipt; returns ``{moved, skipped, receipt}``."""
+    had (``store``: None when the agent has no index), append the run's receipt; returns ``{moved, skipped,
+    receipt}``."""
     started = time.time()
     done, skipped = apply_moves(workspace.root, moves, moved)
     notes: list[str] = []
     for m in done:
-        if not is_archived(m.to):
+        if store is not None and not is_archived(m.to):
             try:
                 store().move_usage(m.path, m.to)
             except Exception as exc:  # the file moved; its counts stay under the archived path

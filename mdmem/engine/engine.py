@@ -324,7 +324,8 @@ class Engine:
             )
             if action == "plan":
                 return archiving.plan_view(moves, held)
-        out = archiving.apply_plan(self.agent, self.workspace, moves, held, lambda: self.keeper.store, action=action)
+        index = (lambda: self.keeper.store) if self.settings.enabled else None
+        out = archiving.apply_plan(self.agent, self.workspace, moves, held, index, action=action)
         if out["moved"] and self.settings.enabled:
             self.catchup.changed()
             try:
