@@ -308,3 +308,16 @@ def test_no_schedule_no_moves(tmp_path: Path, workspace: Path) -> None:
     finally:
         assert daemon.stop() == 0
     assert tree(workspace) == texts and not [e for e in daemon.log if e["event"] == "lifecycle"]
+
+
+def test_a_link_into_the_archive_brings_it_only_on_request(make_memory: Callable[..., Memory], workspace: Path) -> None:
+    workspace_with_history(workspace)
+    write(workspace / "memory/people/bob.md", "# Bob\n\n- glassblower in Murano, met him [[2025-02-01]]\n")
+    mem = make_memory(provider="none")
+    mem.lifecycle("apply")
+    plain = [r["path"] for r in mem.search("glassblower", neighbors=1)["results"]]
+    assert plain == ["memory/people/bob.md"]
+    both = [r["path"] for r in mem.search("glassblower", neighbors=1, include_archive=True)["results"]]
+    assert both == ["memory/people/bob.md", "memory/archive/2025/2025-02-01.md"]
+    packed = [i["path"] for i in mem.pack("glassblower", budget_tokens=300, neighbors=1)["items"]]
+    assert packed == ["memory/people/bob.md"]

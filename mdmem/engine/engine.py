@@ -8,6 +8,7 @@ before a search and the background work it leaves (``catchup``: mdmem.engine.cat
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -153,6 +154,9 @@ class Engine:
 
                 with self.keeper.store.reading():
                     outcome = with_neighbours(self.keeper.store, outcome, limit)
+                if not include_archive:  # a link into the archive does not bring it in either
+                    kept = [h for h in outcome.hits if not h.chunk.path.startswith(ARCHIVE_PREFIX)]
+                    outcome = dataclasses.replace(outcome, hits=kept)
             choice = self.providers.choice
             model = choice.provider.model if choice.provider else None
             cited = citations_on(q.citations, session_kind)
