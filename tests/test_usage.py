@@ -90,13 +90,24 @@ def test_a_read_only_index_answers_and_drops_its_uses(tmp_path: Path, workspace:
     with Memory.open(config_path=cfg) as mem:
         mem.sync()
         mem.search("heron")
+    batched = write_config(tmp_path / "b.json5", workspace, {"memorySearch": {**ms, "usage": {}}})
+    with Memory.open(config_path=batched) as mem:
+        mem.get("memory/people/bob.md")  # no index opened: spooled beside it
+    spool = store.with_name("main.sqlite.uses")
+    assert spool.exists()
     with unwritable(store.parent), Memory.open(config_path=cfg) as mem:
         assert [r["path"] for r in mem.search("cello")["results"]] == ["MEMORY.md"]
         state = mem.status()["usage"]
         assert state["dropped"] == 1 and "read-only" in state["error"]
         assert state["hottest"][0]["path"] == "memory/2026-05-02.md"  # what was written before still reads
+    assert spool.exists()  # a process that cannot write the index leaves the spool to one that can
     with Memory.open(config_path=cfg) as mem:
-        assert by_kind(mem.store.usage_rows()) == {("memory/2026-05-02.md", "search"): 1}
+        mem.usage()
+        assert by_kind(mem.store.usage_rows()) == {
+            ("memory/2026-05-02.md", "search"): 1,
+            ("memory/people/bob.md", "get"): 1,
+        }
+    assert not spool.exists()
 
 
 def test_usage_command_and_status(tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,6 +32,13 @@ if TYPE_CHECKING:
     from mdmem.store.api import IndexStore
 
 MAX_PENDING = 50_000  # keys kept while writes fail; past this the oldest counts are dropped
+Counts = dict[tuple[str, str, str], list[float]]  # (path, chunk, kind) -> [uses, last use]
+
+
+def _add(counts: Counts, key: tuple[str, str, str], uses: int, last: float) -> None:
+    slot = counts.setdefault(key, [0, last])
+    slot[0] += uses
+    slot[1] = max(slot[1], last)
 
 
 class UsageTracker:
@@ -49,7 +56,7 @@ class UsageTracker:
         self.enabled = settings.enabled
         self.flush_seconds = settings.flush_seconds
         self.clock = clock
-        self.pending: dict[tuple[str, str, str], list[float]] = {}  # (path, chunk, kind) -> [uses, last]
+        self.pending: Counts = {}
         self.lock = threading.Lock()
         self.next_flush = clock() + settings.flush_seconds
         self.dropped = 0  # uses a read-only index could not keep
@@ -64,9 +71,7 @@ class UsageTracker:
         now = self.clock()
         with self.lock:
             for path, chunk in dict.fromkeys(used):
-                slot = self.pending.setdefault((path, chunk, kind), [0, now])
-                slot[0] += 1
-                slot[1] = now
+                _add(self.pending, (path, chunk, kind), 1, now)
             due = now >= self.next_flush
         if due:
             self.flush()
@@ -78,9 +83,13 @@ class UsageTracker:
             return
         with self.lock:
             taken, self.pending = self.pending, {}
-        if not taken:
-            return
-        line = json.dumps([[p, c, k, int(v[0]), v[1]] for (p, c, k), v in taken.items()]) + "\n"
+        if taken and not self._spool_out(taken):
+            self.dropped += sum(int(v[0]) for v in taken.values())
+
+    def _spool_out(self, counts: Counts) -> bool:
+        """Append ``counts`` to the spool in one write; False (and why, in ``last_error``) when it cannot be."""
+        assert self.spool is not None
+        line = json.dumps([[p, c, k, int(v[0]), v[1]] for (p, c, k), v in counts.items()]) + "\n"
         try:
             self.spool.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.spool, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
@@ -89,10 +98,11 @@ class UsageTracker:
             finally:
                 os.close(fd)
         except OSError as exc:
-            self.dropped += sum(int(v[0]) for v in taken.values())
             self.last_error = f"uses not recorded: {exc.strerror or exc}"
+            return False
+        return True
 
-    def _take_spool(self) -> dict[tuple[str, str, str], list[float]]:
+    def _take_spool(self) -> Counts:
         """The counts other processes left in the spool, now this process's (the file renamed, read, removed)."""
         if self.spool is None or not self.spool.exists():
             return {}
@@ -101,7 +111,7 @@ class UsageTracker:
             os.rename(self.spool, mine)
         except OSError:
             return {}  # another process took it
-        found: dict[tuple[str, str, str], list[float]] = {}
+        found: Counts = {}
         try:
             lines = mine.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -109,9 +119,7 @@ class UsageTracker:
         for line in lines:
             try:
                 for p, c, k, uses, last in json.loads(line):
-                    slot = found.setdefault((str(p), str(c), str(k)), [0, float(last)])
-                    slot[0] += int(uses)
-                    slot[1] = max(slot[1], float(last))
+                    _add(found, (str(p), str(c), str(k)), int(uses), float(last))
             except (ValueError, TypeError):
                 continue  # a torn line: what it held is lost, nothing else
         with contextlib.suppress(OSError):
@@ -119,40 +127,47 @@ class UsageTracker:
         return found
 
     def flush(self) -> int:
-        """Write the counts gathered so far (and the spool's); returns how many rows went (0 when none, or when
-        the write failed)."""
-        spooled = self._take_spool()
+        """Write the counts gathered so far, then the spool's; returns how many rows went (0 when none, or when
+        the write failed). The spool is taken only by a process that could write its own counts, and goes back
+        to the spool when its write fails."""
         with self.lock:
             self.next_flush = self.clock() + self.flush_seconds
-            for key, (uses, last) in spooled.items():
-                slot = self.pending.setdefault(key, [0, last])
-                slot[0] += uses
-                slot[1] = max(slot[1], last)
-            if not self.pending:
-                return 0
             taken, self.pending = self.pending, {}
-        rows = [UsageRow(p, c, k, int(v[0]), v[1]) for (p, c, k), v in taken.items()]
-        try:
-            self.store().add_usage(rows)
-        except StoreError as exc:
-            self._failed(taken, exc, read_only=exc.kind == "read-only")
-            return 0
-        except Exception as exc:  # a database error the store did not translate: keep the counts, say why
-            self._failed(taken, exc, read_only=False)
-            return 0
-        self.last_error = None
+        written = 0
+        if taken:
+            try:
+                written = self._write(taken)
+            except StoreError as exc:
+                self._failed(taken, exc, read_only=exc.kind == "read-only")
+                return 0
+            except Exception as exc:  # a database error the store did not translate: keep the counts, say why
+                self._failed(taken, exc, read_only=False)
+                return 0
+        spooled = self._take_spool()
+        if spooled:
+            try:
+                written += self._write(spooled)
+            except Exception as exc:  # another process (or a later flush) writes them
+                self.last_error = f"spooled uses not recorded yet: {exc}"
+                self._spool_out(spooled)
+                return written
+        if written:
+            self.last_error = None
+        return written
+
+    def _write(self, counts: Counts) -> int:
+        rows = [UsageRow(p, c, k, int(v[0]), v[1]) for (p, c, k), v in counts.items()]
+        self.store().add_usage(rows)
         return len(rows)
 
-    def _failed(self, taken: dict[tuple[str, str, str], list[float]], exc: BaseException, *, read_only: bool) -> None:
+    def _failed(self, taken: Counts, exc: BaseException, *, read_only: bool) -> None:
         self.last_error = f"uses not recorded: {exc}"
         if read_only:
             self.dropped += sum(int(v[0]) for v in taken.values())
             return
         with self.lock:
             for key, (uses, last) in taken.items():
-                slot = self.pending.setdefault(key, [0, last])
-                slot[0] += uses
-                slot[1] = max(slot[1], last)
+                _add(self.pending, key, int(uses), last)
             while len(self.pending) > MAX_PENDING:
                 self.dropped += int(self.pending.pop(next(iter(self.pending)))[0])
 
