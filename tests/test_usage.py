@@ -181,3 +181,19 @@ def test_store_migrate_carries_the_counts_without_adding_them_twice(
     capsys.readouterr()
     back = make_memory({"store": {**store_backend, "backend": "sqlite"}}, provider="none")
     assert by_kind(back.store.usage_rows()) == {**expected, ("memory/2026-05-02.md", "search"): 2}
+
+
+@both_backends
+def test_uses_written_during_a_rebuild_are_kept(make_memory: Callable[..., Memory], workspace: Path) -> None:
+    notes(workspace)
+    mem = make_memory(provider="none")
+    mem.sync()
+    other = make_memory({"usage": {"flushSeconds": 0}}, provider="none")  # a second process, in effect
+    other.search("heron")
+
+    def meanwhile(done: int, total: int, path: str) -> None:
+        if done == 2:
+            other.search("heron")  # written to the live index while the rebuild fills the new one
+
+    mem.sync(force=True, progress=meanwhile)
+    assert by_kind(mem.store.usage_rows()) == {("memory/2026-05-02.md", "search"): 2}

@@ -53,3 +53,15 @@ class UsageRow:
     kind: str
     uses: int
     last_used_at: float
+
+
+def uses_since(live: Sequence[UsageRow], copied: Sequence[UsageRow]) -> list[UsageRow]:
+    """The uses ``live`` has beyond ``copied`` (the counts a rebuild copied when it began): what was written to
+    the live index meanwhile, for the rebuilt one before it is swapped in (counts only ever grow)."""
+    before = {(r.path, r.chunk, r.kind): r.uses for r in copied}
+    out = []
+    for r in live:
+        more = r.uses - before.get((r.path, r.chunk, r.kind), 0)
+        if more > 0:
+            out.append(UsageRow(r.path, r.chunk, r.kind, more, r.last_used_at))
+    return out

@@ -1,5 +1,6 @@
 """Use counts (``UsageRow``) as the SQLite index holds them: a part of ``Store``, in its own table beside the
-index's rows. Not derived from the files (a rebuild carries them over: ``SqliteLifecycle.begin_rebuild``), and
+index's rows. Not derived from the files (a rebuild carries them over: copied when it begins,
+``SqliteLifecycle.begin_rebuild``, and what was written meanwhile when it ends, ``rows.uses_since``), and
 written in batches by the engine's accumulator (mdmem.engine.usage), never once per search."""
 
 from __future__ import annotations
