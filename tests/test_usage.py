@@ -56,10 +56,7 @@ def test_uses_are_counted_by_kind_and_written_in_batches(make_memory: Callable[.
     assert report["files"] == 4 and report["used"] == 3
     assert [f["path"] for f in report["hottest"]] == ["memory/2026-05-02.md", "memory/people/bob.md"]
     assert report["hottest"][0]["byKind"] == {"search": 3}
-    assert [f["path"] for f in report["coldest"]] == [
-        "memory/2026-05-01.md",
-        "memory/2026-05-02.md",
-    ]  # used longest ago
+    assert [f["path"] for f in report["coldest"]] == ["memory/2026-05-01.md", "MEMORY.md"]  # none of the hottest
     assert report["coldest"][0] == {"path": "memory/2026-05-01.md", "uses": 0, "byKind": {}, "lastUsedAt": None}
     # a rebuild keeps the counts (they are not derived from the files)
     mem.sync(force=True)
@@ -152,7 +149,9 @@ def test_hottest_and_coldest_order() -> None:
     assert uses["a.md"] == FileUse("a.md", 3, {"pack": 1, "search": 2}, 300.0)
     view = hottest_and_coldest(uses, 2)
     assert [f["path"] for f in view["hottest"]] == ["a.md", "b.md"]  # same uses: the latest first
-    assert [f["path"] for f in view["coldest"]] == ["c.md", "b.md"]
+    assert [f["path"] for f in view["coldest"]] == ["c.md"]  # never one of the hottest
+    assert [f["path"] for f in hottest_and_coldest(uses, 1)["coldest"]] == ["c.md"]
+    assert [f["path"] for f in hottest_and_coldest(file_uses(["a.md", "b.md"], rows), 1)["coldest"]] == ["b.md"]
 
 
 @pytest.mark.parametrize("store_backend", ["postgres"], indirect=True)

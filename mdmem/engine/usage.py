@@ -205,8 +205,10 @@ def file_uses(paths: Iterable[str], rows: Iterable[UsageRow]) -> dict[str, FileU
 
 def hottest_and_coldest(uses: dict[str, FileUse], limit: int) -> dict[str, list[dict[str, Any]]]:
     """The ``limit`` most used files (most uses, then the latest) and the ``limit`` coldest (never used first,
-    then the longest unused), each ``FileUse.to_dict``."""
+    then the longest unused; none of the hottest), each ``FileUse.to_dict``."""
     ranked = sorted(uses.values(), key=lambda u: (-u.uses, -(u.last_used_at or 0.0), u.path))
     hot = [u for u in ranked if u.uses][:limit]
-    cold = sorted(uses.values(), key=lambda u: (u.last_used_at or 0.0, u.uses, u.path))[:limit]
+    shown = {u.path for u in hot}
+    rest = [u for u in uses.values() if u.path not in shown]
+    cold = sorted(rest, key=lambda u: (u.last_used_at or 0.0, u.uses, u.path))[:limit]
     return {"hottest": [u.to_dict() for u in hot], "coldest": [u.to_dict() for u in cold]}
