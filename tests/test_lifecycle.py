@@ -259,7 +259,9 @@ def test_lifecycle_commands(tmp_path: Path, workspace: Path, capsys: pytest.Capt
     assert run_cli(["lifecycle", "apply", "--config", cfg]) == 0
     assert "moved 3 file(s):" in capsys.readouterr().out
     assert run_cli(["search", "--config", cfg, "--json", "ferry"]) == 0
-    assert json.loads(capsys.readouterr().out)["results"] == []
+    empty = json.loads(capsys.readouterr().out)
+    assert empty["results"] == []
+    assert "1 archived chunk(s) match: search again with includeArchive" in " ".join(empty["warnings"])
     assert run_cli(["search", "--config", cfg, "--json", "--include-archive", "ferry"]) == 0
     assert [r["path"] for r in json.loads(capsys.readouterr().out)["results"]] == ["memory/archive/2025/2025-02-01.md"]
     assert run_cli(["pack", "--config", cfg, "--json", "--include-archive", "ferry"]) == 0

@@ -174,10 +174,11 @@ def search(
     ranked = sorted(scores, key=lambda rid: -scores[rid])
     # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
     # (twice the results asked for: ties at the cut are then broken by path and line, as below, on every store)
-    chunks = _chunks(store, ranked if reorder else ranked[: max_results * 2], sources, hidden)
+    left_out: set[int] = set()  # candidates under ``hidden`` (the archive)
+    chunks = _chunks(store, ranked if reorder else ranked[: max_results * 2], sources, hidden, left_out)
     if not reorder and len(chunks) < max_results and len(ranked) > max_results * 2:
         # some vanished meanwhile (a writer replaced their file) or are of other sources: look deeper
-        chunks.update(_chunks(store, ranked[max_results * 2 :], sources, hidden))
+        chunks.update(_chunks(store, ranked[max_results * 2 :], sources, hidden, left_out))
     if decay.enabled:
         day = today or date.today()
         scores = {
@@ -197,6 +198,11 @@ def search(
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + [run for run in CJK_RUN.findall(query)]
     hits = hits[:max_results]
+    if not hits and left_out:
+        notes.append(
+            f"nothing found outside {', '.join(hidden)}; {len(left_out)} archived chunk(s) match: search again "
+            "with includeArchive (--include-archive) to see them"
+        )
     supersessions = store.supersessions_touching(sorted({h.chunk.path for h in hits})) if hits else []
     if hits and current_first:  # implicit supersessions among the hits' lines, then the newer of a group first
         spans = [(h.chunk.path, h.chunk.start_line, h.chunk.end_line, h.chunk.text) for h in hits]
@@ -206,10 +212,16 @@ def search(
 
 
 def _chunks(
-    store: SearchStore, ids: list[int], sources: Collection[str] | None, hidden: tuple[str, ...] = ()
+    store: SearchStore,
+    ids: list[int],
+    sources: Collection[str] | None,
+    hidden: tuple[str, ...] = (),
+    left_out: set[int] | None = None,
 ) -> dict[int, ChunkRow]:
     found = store.chunks_by_ids(ids)
     if hidden:
+        if left_out is not None:
+            left_out.update(rid for rid, c in found.items() if c.path.startswith(hidden))
         found = {rid: c for rid, c in found.items() if not c.path.startswith(hidden)}
     return found if sources is None else {rid: c for rid, c in found.items() if c.source in sources}
 
