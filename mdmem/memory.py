@@ -164,6 +164,7 @@ class Memory:
         *,
         session_kind: SessionKind = "main",
         neighbors: int = 0,
+        include_archive: bool = False,
     ) -> dict[str, Any]:
         """memory_search: ``{results: [{path, startLine, endLine, score, snippet, source}], provider, model, ...}``.
 
@@ -171,9 +172,17 @@ class Memory:
         ``min_score`` outside 0-1: the bounds of the memory_search tool schema. Results carry ``citation``
         (and their snippet a ``Source:`` line) when ``query.citations`` is ``on``, or ``auto`` in a ``main``
         session (``session_kind``; ``group`` for shared chats). ``neighbors=1`` adds, after the results, the
-        chunks they link to or are linked from, each with ``via`` (docs/truth.md).
+        chunks they link to or are linked from, each with ``via`` (docs/truth.md). Archived files
+        (``memory/archive/``) are left out unless ``include_archive`` (docs/lifecycle.md).
         """
-        return self.engine.search(query, max_results, min_score, session_kind=session_kind, neighbors=neighbors)
+        return self.engine.search(
+            query,
+            max_results,
+            min_score,
+            session_kind=session_kind,
+            neighbors=neighbors,
+            include_archive=include_archive,
+        )
 
     def pack(
         self,
@@ -183,6 +192,7 @@ class Memory:
         sources: Sequence[str] | None = None,
         trace: bool = False,
         neighbors: int = 0,
+        include_archive: bool = False,
     ) -> dict[str, Any]:
         """A ContextPack: the most evidence per token for ``query`` within ``budget_tokens``, every item cited.
 
@@ -193,9 +203,11 @@ class Memory:
         budget could not hold it, with the budget that would. A budget below the header's cost raises
         InvalidArgumentError naming the minimum. See mdmem.pack.build.
         ``neighbors=1`` also considers the notes the matches link to or are linked
-        from (items and receipts from them carry ``via``).
+        from (items and receipts from them carry ``via``). Archived files are left out unless ``include_archive``.
         """
-        return self.engine.pack(query, budget_tokens, max_items, sources, trace, neighbors=neighbors)
+        return self.engine.pack(
+            query, budget_tokens, max_items, sources, trace, neighbors=neighbors, include_archive=include_archive
+        )
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """memory_get: ``{path, text}``, or ``{path, text: "", error}`` for a path that is not allowed."""
@@ -205,6 +217,16 @@ class Memory:
         """Index state computed from the files on disk, the database and the health and watcher files, not
         from cached flags; a broken index is reported in ``storeState`` rather than raised."""
         return self.engine.status()
+
+    def usage(self, limit: int = 10) -> dict[str, Any]:
+        """How the memory files were used (docs/lifecycle.md): ``{files, used, hottest, coldest}``, each file
+        ``{path, uses, byKind, lastUsedAt}``; uses still in memory are written first."""
+        return self.engine.usage_report(limit)
+
+    def lifecycle(self, action: str, path: str | None = None) -> dict[str, Any]:
+        """``plan`` (a dry run: ``{moves, held, counts}``), ``apply`` (``{moved, skipped, receipt, sync}``) or
+        ``revive`` the archived file ``path`` (docs/lifecycle.md)."""
+        return self.engine.lifecycle(action, path)
 
     def session_start(self) -> dict[str, Any]:
         """Call when an agent session starts: syncs the index (``sync.onSessionStart``) and reports status."""

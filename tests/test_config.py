@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, get_args, get_type_hints
 
 import json5
 import pytest
@@ -72,7 +72,13 @@ def leaf_paths(cls: type, prefix: str = "") -> list[str]:
     hints = get_type_hints(cls)
     for f in fields(cls):
         key = f"{prefix}{camel(f.name)}"
-        out += leaf_paths(hints[f.name], key + ".") if is_dataclass(hints[f.name]) else [key]
+        args = get_args(hints[f.name])
+        if is_dataclass(hints[f.name]):
+            out += leaf_paths(hints[f.name], key + ".")
+        elif len(args) == 2 and args[1] is Ellipsis and is_dataclass(args[0]):  # a list of objects: its items' keys
+            out += leaf_paths(args[0], key + "[].")
+        else:
+            out.append(key)
     return out
 
 
@@ -590,7 +596,9 @@ def test_example_file_documents_every_field() -> None:
         for path in leaf_paths(cls):
             node: Any = section
             for key in path.split("."):
-                node = node.get(key, KeyError) if isinstance(node, dict) else KeyError
+                listed = key.endswith("[]")
+                node = node.get(key.removesuffix("[]"), KeyError) if isinstance(node, dict) else KeyError
+                node = node[0] if listed and isinstance(node, list) and node else node
             missing += [path] if node is KeyError else []
     assert missing == []
     for key in ("workspace", "list", "id", "default", "memorySearch"):

@@ -308,7 +308,7 @@ def test_migration_3_marks_chunks_without_vectors_of_an_old_index(tmp_path: Path
     conn.close()
 
     with Store(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert [c.id for c in store.pending_chunks(10)] == ([2] if provider == "hash" else [])
         assert store.pending_count() == (1 if provider == "hash" else 0)
 

@@ -27,11 +27,14 @@ class ToolTarget(Protocol):
         *,
         session_kind: Any = ...,
         neighbors: int = ...,
+        include_archive: bool = ...,
     ) -> dict[str, Any]: ...
 
     def get(self, path: str, from_line: int | None = ..., lines: int | None = ...) -> dict[str, Any]: ...
 
-    def pack(self, query: str, budget_tokens: int = ..., *, neighbors: int = ...) -> dict[str, Any]: ...
+    def pack(
+        self, query: str, budget_tokens: int = ..., *, neighbors: int = ..., include_archive: bool = ...
+    ) -> dict[str, Any]: ...
 
     def status(self) -> dict[str, Any]: ...
 
@@ -117,16 +120,13 @@ def _parse_arguments(arguments: Mapping[str, Any] | str | None) -> tuple[dict[st
 
 
 def _search(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
+    extra: dict[str, Any] = {}  # only what was asked: a ToolTarget of an older shape takes the call as before
     if args.get("neighbors"):
-        return memory.search(
-            args["query"],
-            max_results=args.get("maxResults"),
-            min_score=args.get("minScore"),
-            session_kind=kind,
-            neighbors=args["neighbors"],
-        )
+        extra["neighbors"] = args["neighbors"]
+    if args.get("includeArchive"):
+        extra["include_archive"] = True
     return memory.search(
-        args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind
+        args["query"], max_results=args.get("maxResults"), min_score=args.get("minScore"), session_kind=kind, **extra
     )
 
 
@@ -136,9 +136,12 @@ def _get(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[st
 
 def _pack(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:
     budget = args.get("budgetTokens", DEFAULT_PACK_BUDGET)
+    extra: dict[str, Any] = {}
     if args.get("neighbors"):
-        return memory.pack(args["query"], budget_tokens=budget, neighbors=args["neighbors"])
-    return memory.pack(args["query"], budget_tokens=budget)
+        extra["neighbors"] = args["neighbors"]
+    if args.get("includeArchive"):
+        extra["include_archive"] = True
+    return memory.pack(args["query"], budget_tokens=budget, **extra)
 
 
 def _truth(memory: ToolTarget, args: dict[str, Any], kind: SessionKind) -> dict[str, Any]:

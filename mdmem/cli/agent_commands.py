@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction[Any], common: argparse.ArgumentPars
     p.add_argument("--source", dest="sources", action="append", choices=PACK_KINDS, help="only these kinds")
     p.add_argument("--trace", action="store_true", help="add a receipt for every candidate (no memory text)")
     p.add_argument("--neighbors", type=int, default=0, metavar="0|1", help="1: consider the notes matches link to/from")
+    p.add_argument("--include-archive", action="store_true", help="also pack from memory/archive/ (archived files)")
     p.set_defaults(func=cmd_pack, check=check_pack)
 
     p = sub.add_parser("tools", parents=[common], help="print the tool definitions for an agent runtime")
@@ -121,6 +122,7 @@ def cmd_pack(args: argparse.Namespace, mem: Memory) -> Result:
         sources=args.sources,
         trace=args.trace,
         neighbors=args.neighbors,
+        include_archive=args.include_archive,
     )
     return result, _format_pack
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mdmem import __version__  # noqa: I001
 from mdmem.cli import formatting as render
 from mdmem.cli.agent_commands import register as register_agent_commands
+from mdmem.cli.lifecycle_commands import register as register_lifecycle_commands
 from mdmem.cli.output import write
 from mdmem.cli.parsers import EXIT_USAGE, OnlyOne, Parser, QuietParser, Refused
 from mdmem.cli.service_commands import register as register_service_commands
@@ -72,6 +73,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     p.add_argument("--min-score", type=float, default=None, metavar="X")
     p.add_argument("--kind", choices=["main", "group"], default="main", help="session kind (citations auto)")
     p.add_argument("--neighbors", type=int, default=0, metavar="0|1", help="1: add the notes results link to/from")
+    p.add_argument("--include-archive", action="store_true", help="also search memory/archive/ (archived files)")
     p.set_defaults(func=cmd_search, check=check_search)
 
     p = sub.add_parser("get", parents=[common], help="read a memory file or some of its lines (memory_get)")
@@ -109,6 +111,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     register_service_commands(sub, common, SocketCommands)
     register_store_commands(sub, common, parser_class)
     register_truth_commands(sub, common)
+    register_lifecycle_commands(sub, common)
     return parser
 
 
@@ -158,6 +161,7 @@ def cmd_search(args: argparse.Namespace, mem: Memory) -> tuple[dict[str, Any], C
         min_score=args.min_score,
         session_kind=args.kind,
         neighbors=args.neighbors,
+        include_archive=args.include_archive,
     )
     return result, render.format_search
 

@@ -247,8 +247,35 @@ _STATUS_LINES: list[tuple[tuple[str, ...], str, Callable[[dict[str, Any]], list[
             lambda b: ["closed"] if b.get("state") == "closed" else [f"{b['state']} until {b['until']}: {b['reason']}"],
         ),
     ),
+    (("usage",), "usage", _optional("usage", lambda u: _usage_lines(u))),
+    (("lifecycle",), "lifecycle", _optional("lifecycle", lambda life: _lifecycle_lines(life))),
     (("degraded",), "degraded", _optional("degraded", lambda items: [d["message"] for d in items])),
     (("warnings",), "warning", _optional("warnings", lambda items: [str(w) for w in items])),
 ]
+
+
+def _usage_lines(u: dict[str, Any]) -> list[str]:
+    if "files" not in u:
+        return [str(u.get("error") or "unknown")]
+    out = [
+        f"{u['used']} of {u['files']} files used" + (f", {u['waiting']} use(s) not written yet" if u["waiting"] else "")
+    ]
+    out += [f"  hot  {f['path']} ({f['uses']})" for f in u["hottest"]]
+    out += [f"  cold {f['path']} ({f['uses']})" for f in u["coldest"]]
+    if u.get("dropped"):
+        out.append(f"  {u['dropped']} use(s) dropped: the index is read-only")
+    return out
+
+
+def _lifecycle_lines(life: dict[str, Any]) -> list[str]:
+    if not life["runs"]:
+        return ["never run (mdmem lifecycle plan)"]
+    last = life["last"][-1]
+    archived = sum(n for by in last.get("archived", {}).values() for n in by.values())
+    revived = sum(last.get("revived", {}).values())
+    skipped = sum(last.get("skipped", {}).values())
+    return [f"{life['runs']} run(s); last {last['action']}: {archived} archived, {revived} revived, {skipped} skipped"]
+
+
 STATUS_LABELS: dict[str, str] = {key: label for keys, label, _ in _STATUS_LINES for key in keys}
 """The label of the text line showing each JSON field of the status."""

@@ -121,6 +121,39 @@ class SessionsConfig:
     transcripts_dir: str | None = None  # OpenClaw's state dir: <dir>/agents/<agentId>/sessions/*.jsonl
 
 
+@dataclass(frozen=True)
+class UsageConfig:
+    """Use tracking (docs/lifecycle.md): counts of searches shown, pack items included and memory_get reads, per
+    chunk and file, kept in the index; batched in memory and written at most every ``flush_seconds``."""
+
+    enabled: bool = True
+    flush_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class TierConfig:
+    """One rule of ``lifecycle.tiers``: memory files whose path matches one of ``paths`` (fnmatch patterns on the
+    workspace-relative path, ``*`` crossing folders), at least ``older_than_days`` old (the date in a daily log's
+    name, else the file's mtime) and not used for ``unused_days`` (0: uses do not matter), go to ``action``:
+    ``archive`` (memory/archive/YYYY/...) or ``keep`` (never moved). The first tier that matches a file decides."""
+
+    name: str = "daily"
+    paths: tuple[str, ...] = ("memory/????-??-??.md",)
+    older_than_days: int = 90
+    unused_days: int = 60
+    action: Literal["archive", "keep"] = "archive"
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    """``mdmem lifecycle plan/apply/revive`` (docs/lifecycle.md); nothing moves unless a person runs ``apply``."""
+
+    tiers: tuple[TierConfig, ...] = (TierConfig(),)
+    revive_on_use: bool = True  # apply brings back an archived file read (memory_get) or packed since it moved
+    # "off": only a person runs apply; else `mdmem watch` applies once per period (counted from the last apply)
+    schedule: Literal["off", "hourly", "daily", "weekly"] = "off"
+
+
 MEMORY_SOURCES = ("memory", "sessions")
 
 
@@ -142,6 +175,8 @@ class MemorySearchConfig:
     max_file_bytes: int = 5 * 1024 * 1024
     sources: tuple[str, ...] = ("memory",)  # some of MEMORY_SOURCES (OpenClaw's memorySearch.sources)
     sessions: SessionsConfig = field(default_factory=SessionsConfig)
+    usage: UsageConfig = field(default_factory=UsageConfig)
+    lifecycle: LifecycleConfig = field(default_factory=LifecycleConfig)
 
 
 DEFAULT_FLUSH_SYSTEM_PROMPT = "Session nearing compaction. Store durable memories now."

@@ -73,6 +73,9 @@ RANGES: dict[str, Range] = {
     "store.hnsw.m": Range(2, 100),  # pgvector's bounds
     "store.hnsw.efConstruction": Range(4, 1000),
     "store.hnsw.efSearch": Range(1, 1000),
+    "usage.flushSeconds": Range(0, 86_400),
+    "lifecycle.tiers[].olderThanDays": Range(0, 100_000),
+    "lifecycle.tiers[].unusedDays": Range(0, 100_000),
 }
 # Bounds by camelCase key path inside an agent (agents.defaults or agents.list[]), besides memorySearch.
 AGENT_RANGES: dict[str, Range] = {
@@ -174,6 +177,7 @@ def _public_keys() -> frozenset[str]:
         for f in fields(cls):
             public |= {camel(f.name)} if f.repr else set()
             todo += [hints[f.name]] if is_dataclass(hints[f.name]) else []
+            todo += [item] if (item := _object_list_item(hints[f.name])) is not None else []
     return frozenset(public)
 
 
@@ -240,7 +244,8 @@ class Loader:
 
         ``ranges`` holds the bounds by camelCase path relative to where validation started.
         """
-        hints, by_key, out = get_type_hints(cls), {camel(f.name): f for f in fields(cls)}, {}
+        hints, by_key = get_type_hints(cls), {camel(f.name): f for f in fields(cls)}
+        out: dict[str, Any] = {}
         for name, value in self.obj(raw, key).items():
             path, sub = f"{key}.{name}", f"{rel}.{name}" if rel else name
             if (f := by_key.get(name)) is None:
@@ -248,12 +253,20 @@ class Loader:
                 did, fix = (f"did you mean '{hint}'? ", f"rename it to '{hint}'") if hint else ("", "remove it")
                 raise self.error(path, f"unknown key; {did}Fix: {fix}. Valid keys here: {', '.join(by_key)}.")
             tp = hints[f.name]
-            out[f.name] = (
-                self.section(tp, value, path, sub, ranges)
-                if is_dataclass(tp)
-                else self.value(tp, value, path, sub, f, ranges)
-            )
+            if is_dataclass(tp):
+                out[f.name] = self.section(tp, value, path, sub, ranges)
+            elif (item := _object_list_item(tp)) is not None:
+                out[f.name] = self.objects(item, value, path, f"{sub}[]", ranges)
+            else:
+                out[f.name] = self.value(tp, value, path, sub, f, ranges)
         return out
+
+    def objects(self, cls: Any, value: Any, path: str, rel: str, ranges: Mapping[str, Range]) -> tuple[Any, ...]:
+        """A list of objects of dataclass ``cls`` (``lifecycle.tiers``), each validated and built; a list
+        replaces the one of a lower layer whole."""
+        if not isinstance(value, list):
+            raise self.error(path, f"expected a list of objects, got {json_kind(value)}. Fix: write it as [{{...}}].")
+        return tuple(build(cls, self.section(cls, v, f"{path}[{i}]", rel, ranges)) for i, v in enumerate(value))
 
     def value(
         self, tp: Any, value: Any, path: str, rel: str, f: Field[Any], ranges: Mapping[str, Range] = RANGES
@@ -277,6 +290,14 @@ class Loader:
             expected = "an integer that fits in 64 bits"
             raise self.bad(path, value, expected, f"set it to a smaller value, {keep}", secret)
         return converted
+
+
+def _object_list_item(tp: Any) -> Any:
+    """``X`` when ``tp`` is ``tuple[X, ...]`` of a dataclass ``X`` (a list of objects), else None."""
+    args = get_args(tp)
+    if get_origin(tp) is tuple and len(args) == 2 and args[1] is Ellipsis and is_dataclass(args[0]):
+        return args[0]
+    return None
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -8,7 +8,9 @@ before a search and the background work it leaves (``catchup``: mdmem.engine.cat
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +19,8 @@ from mdmem.engine.catchup import CatchUp
 from mdmem.engine.keeper import IndexKeeper
 from mdmem.engine.provider_choice import ProviderChoiceKeeper
 from mdmem.engine.searching import search_outcome
+from mdmem.engine.usage import UsageTracker
+from mdmem.files.archive import ARCHIVE_PREFIX
 from mdmem.files.memory_get import get_file
 from mdmem.files.transcripts import transcripts_folder
 from mdmem.files.workspace import Workspace
@@ -32,6 +36,11 @@ if TYPE_CHECKING:
 
     from mdmem.index.indexer import Progress
     from mdmem.search.hybrid import SearchOutcome
+
+
+def _hidden(include_archive: bool) -> tuple[str, ...]:
+    """The paths a search leaves out: the archive, unless asked for."""
+    return () if include_archive else (ARCHIVE_PREFIX,)
 
 
 class Engine:
@@ -58,6 +67,8 @@ class Engine:
         self.providers = ProviderChoiceKeeper(agent, self.env, lambda: self.keeper.store, choice)
         self.keeper = IndexKeeper(agent, self.workspace, self.providers)
         self.catchup = CatchUp(self.keeper, config, self.env, self.sibling)
+        spool = agent.store_path.with_name(agent.store_path.name + ".uses")  # see mdmem.engine.usage
+        self.usage = UsageTracker(lambda: self.keeper.store, self.settings.usage, spool)
 
     def sibling(self, should_stop: Callable[[], bool] | None = None) -> Engine:
         """A second engine on this agent: its own connection to the index, this engine's provider."""
@@ -68,6 +79,8 @@ class Engine:
     def close(self, *, provider: bool = True) -> None:
         """Stop the background work, close the index; the provider too unless another engine shares it."""
         self.catchup.stop()
+        if self.settings.enabled:
+            self.usage.close(index_open=self.keeper.opened is not None)
         self.keeper.release_store()
         self.providers.close(provider)
 
@@ -124,6 +137,7 @@ class Engine:
         *,
         session_kind: str = "main",
         neighbors: int = 0,
+        include_archive: bool = False,
     ) -> dict[str, Any]:
         """``Memory.search`` (see there)."""
         query, max_results, min_score = check_search_arguments(query, max_results, min_score)
@@ -134,15 +148,19 @@ class Engine:
         limit = q.max_results if max_results is None else max_results
         threshold = q.min_score if min_score is None else min_score
         with self.keeper.store_faults():
-            outcome, _, extra = self.search_outcome(query, limit, threshold)
+            outcome, _, extra = self.search_outcome(query, limit, threshold, _hidden(include_archive))
             if neighbors:
                 from mdmem.search.neighbors import with_neighbours
 
                 with self.keeper.store.reading():
                     outcome = with_neighbours(self.keeper.store, outcome, limit)
+                if not include_archive:  # a link into the archive does not bring it in either
+                    kept = [h for h in outcome.hits if not h.chunk.path.startswith(ARCHIVE_PREFIX)]
+                    outcome = dataclasses.replace(outcome, hits=kept)
             choice = self.providers.choice
             model = choice.provider.model if choice.provider else None
             cited = citations_on(q.citations, session_kind)
+            self.usage.record("search", [(h.chunk.path, h.chunk.hash) for h in outcome.hits])
             return {**search_response(outcome, provider=choice.name, model=model, citations=cited), **extra}
 
     def truth(self, subject: str, max_facts: int = 5) -> dict[str, Any]:
@@ -189,10 +207,11 @@ class Engine:
         return file_lines(chunks) if chunks else None
 
     def search_outcome(
-        self, query: str, limit: int, threshold: float
+        self, query: str, limit: int, threshold: float, hidden: tuple[str, ...] = ()
     ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
-        """Catch up, embed the query, search: (outcome, query vector or None, notes) (mdmem.engine.searching)."""
-        return search_outcome(self.keeper, self.catchup, query, limit, threshold)
+        """Catch up, embed the query, search: (outcome, query vector or None, notes) (mdmem.engine.searching);
+        paths under ``hidden`` left out."""
+        return search_outcome(self.keeper, self.catchup, query, limit, threshold, hidden)
 
     def pack(
         self,
@@ -202,6 +221,7 @@ class Engine:
         sources: Sequence[str] | None = None,
         trace: bool = False,
         neighbors: int = 0,
+        include_archive: bool = False,
     ) -> dict[str, Any]:
         """``Memory.pack`` (see there)."""
         neighbors = check_neighbors(neighbors)
@@ -214,8 +234,9 @@ class Engine:
             empty = {"query": query, "budgetTokens": budget_tokens, "usedTokens": 0, "items": [], "bundleText": ""}
             return {**empty, "disabled": True, "error": self.disabled_reason()}
         with self.keeper.store_faults():
+            hidden = _hidden(include_archive)
             return run_pack(
-                self.search_outcome,
+                lambda q, limit, threshold: self.search_outcome(q, limit, threshold, hidden),
                 self.settings,
                 lambda: self.providers.choice,
                 lambda: self.keeper.store,
@@ -226,16 +247,93 @@ class Engine:
                 sources=sources,
                 trace=trace,
                 neighbors=neighbors,
+                hidden=hidden,
+                used=lambda chunks: self.usage.record("pack", chunks),
             )
 
     def get(self, path: str, from_line: int | None = None, lines: int | None = None) -> dict[str, Any]:
         """``Memory.get`` (see there)."""
         if not self.settings.enabled:
             return {"path": path, "text": "", "disabled": True, "error": self.disabled_reason()}
-        return get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
+        got = get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
+        if not got.get("error") and got.get("text") and "[REDACTED" not in got["path"]:
+            self.usage.record("get", [(got["path"], "")])
+        return got
 
     def status(self) -> dict[str, Any]:
         """``Memory.status`` (see there)."""
         from mdmem.engine.status import build_status
 
-        return build_status(self.keeper, self.catchup, self.config, self.disabled_reason())
+        out = build_status(self.keeper, self.catchup, self.config, self.disabled_reason())
+        readable = (out.get("storeState") or {}).get("state") in ("ok", "read-only", "full")
+        out.update(self.use_status(readable))
+        return out
+
+    # -- uses and the lifecycle (docs/lifecycle.md) -----------------------------------------------------
+    def usage_report(self, limit: int = 10) -> dict[str, Any]:
+        """``Memory.usage`` (see there)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            from mdmem.util.errors import InvalidArgumentError
+
+            raise InvalidArgumentError(f"usage: the limit must be an integer from 1 to 1000, got {limit!r}")
+        with self.keeper.store_faults():
+            return self._usage_view(limit)
+
+    def _usage_view(self, limit: int) -> dict[str, Any]:
+        from mdmem.engine.usage import file_uses, hottest_and_coldest
+
+        self.usage.flush()
+        store = self.keeper.store
+        uses = file_uses(store.files(), store.usage_rows())
+        return {"files": len(uses), "used": sum(1 for u in uses.values() if u.uses), **hottest_and_coldest(uses, limit)}
+
+    def use_status(self, readable: bool = True) -> dict[str, Any]:
+        """The uses (the three hottest and coldest files, the accumulator) and the last lifecycle receipt; the
+        uses only from an index status found ``readable``, and without recording a failure (status reports)."""
+        from mdmem.engine.archiving import last_receipts
+
+        out: dict[str, Any] = {"lifecycle": last_receipts(self.agent)}
+        if not self.settings.enabled:
+            return out
+        try:
+            if not readable:
+                raise RuntimeError("the index cannot be read (see storeState)")
+            usage = {**self._usage_view(3), **self.usage.state()}
+        except Exception as exc:  # status never fails: the index's own state is reported above
+            usage = {**self.usage.state(), "error": f"uses unavailable: {exc}"}
+        return {"usage": usage, **out}
+
+    def lifecycle(self, action: str, path: str | None = None) -> dict[str, Any]:
+        """``Memory.lifecycle`` (see there)."""
+        from mdmem.engine import archiving
+        from mdmem.files.archive import Held, plan_moves
+        from mdmem.util.errors import ConfigError
+
+        if action not in ("plan", "apply", "revive"):
+            raise ConfigError(f"lifecycle: unknown action {action!r}. Fix: use plan, apply or revive")
+        if not self.agent.files_here:
+            raise ConfigError(f"lifecycle: agent {self.agent.id!r}'s files are not on this host. Fix: run it there")
+        self.usage.flush()
+        with self.keeper.store_faults():
+            store = self.keeper.store if self.settings.enabled else None
+            seen = archiving.seen_files(self.workspace, store)
+        if action == "revive":
+            if not path:
+                raise ConfigError("lifecycle revive: name the archived file. Fix: mdmem lifecycle revive PATH")
+            moves, held = archiving.revive_moves(self.workspace, seen, path), list[Held]()
+        else:
+            policy = self.settings.lifecycle
+            moves, held = plan_moves(
+                seen, policy.tiers, archiving.today(self.agent), time.time(), revive_on_use=policy.revive_on_use
+            )
+            if action == "plan":
+                return archiving.plan_view(moves, held)
+        index = (lambda: self.keeper.store) if self.settings.enabled else None
+        out = archiving.apply_plan(self.agent, self.workspace, moves, held, index, action=action)
+        if out["moved"] and self.settings.enabled:
+            self.catchup.changed()
+            try:
+                out["sync"] = self.sync()
+            except Exception as exc:  # the files moved; the next sync or search indexes them
+                out.setdefault("warnings", []).append(f"index not updated yet: {exc}")
+        return out

@@ -56,11 +56,15 @@ def run_pack(
     sources: Sequence[str] | None = None,
     trace: bool = False,
     neighbors: int = 0,
+    hidden: tuple[str, ...] = (),
+    used: Callable[[list[tuple[str, str]]], None] | None = None,
 ) -> dict[str, Any]:
     """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
     ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them. Over ``search``
     (the engine's, which catches up first); ``choice``, ``store`` and ``lines_of`` (the files' lines:
-    mdmem.pack.inputs.lines_reader) are asked for after it, as the search may have changed them."""
+    mdmem.pack.inputs.lines_reader) are asked for after it, as the search may have changed them. Paths under
+    ``hidden`` are left out (the archive), also when a link or a supersession points there; ``used`` gets the
+    (path, chunk hash) of the chunks the items came from (mdmem.engine.usage)."""
     query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
     q = settings.query
     before = choice()
@@ -86,6 +90,8 @@ def run_pack(
         hits = [hits[i] for i in prefer_current(spans, outcome.supersessions, query)]
     if sources is not None:
         hits = [h for h in hits if kind_of(h.chunk.path, h.chunk.source) in sources]
+    if hidden:
+        hits = [h for h in hits if not h.chunk.path.startswith(hidden)]
     chosen = choice()
     provider = chosen.provider
     count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
@@ -122,6 +128,8 @@ def run_pack(
             f"budget of {best.budget_tokens} tokens"
         )
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
+    if used is not None and pack.items:
+        used(_item_chunks(pack.items, hits))
     body = pack.to_dict(trace)
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
     if outcome.supersessions:
@@ -131,6 +139,17 @@ def run_pack(
         _mark_via(head["items"], pack.items, hits, outcome.via, body.get("trace"))
     model = provider.model if provider is not None else None
     return {**head, "provider": chosen.name, "model": model, **body, **notes}
+
+
+def _item_chunks(items: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[str, str]]:
+    """(path, chunk hash) of the chunk each item was cut from."""
+    found: list[tuple[str, str]] = []
+    for item in items:
+        for h in hits:
+            if h.chunk.path == item.path and h.chunk.start_line <= item.start_line <= h.chunk.end_line:
+                found.append((h.chunk.path, h.chunk.hash))
+                break
+    return found
 
 
 def _mark_via(

@@ -21,10 +21,10 @@ if TYPE_CHECKING:
 
 
 def search_outcome(
-    keeper: IndexKeeper, catch: CatchUp, query: str, limit: int, threshold: float
+    keeper: IndexKeeper, catch: CatchUp, query: str, limit: int, threshold: float, hidden: tuple[str, ...] = ()
 ) -> tuple[SearchOutcome, np.ndarray | None, dict[str, Any]]:
     """Sync if due, embed the query and search: the outcome, the query vector (None: keyword-only) and
-    the notes a response carries (``fallback``, ``stale``, ``warnings``)."""
+    the notes a response carries (``fallback``, ``stale``, ``warnings``). Paths under ``hidden`` are left out."""
     from mdmem.index.identity import identity_change
     from mdmem.search.hybrid import search as run_search
 
@@ -63,6 +63,7 @@ def search_outcome(
             low_confidence_results=q.low_confidence_results,
             sources=keeper.workspace.sources,
             current_first=q.current_first,
+            hidden=hidden,
         )
     notes.extend(outcome.notes)
     extra: dict[str, Any] = {}

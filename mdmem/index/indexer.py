@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable
@@ -21,7 +22,8 @@ from mdmem.providers.base import EmbeddingProvider
 from mdmem.store import ChunkRow, FileRow
 from mdmem.store.api import IndexStore
 from mdmem.store.lines import VIRTUAL_SIZE
-from mdmem.util.errors import ProviderError, SyncCancelled
+from mdmem.store.rows import uses_since
+from mdmem.util.errors import ProviderError, StoreError, SyncCancelled
 from mdmem.util.fileread import read_text
 from mdmem.util.tokens import estimate_tokens
 
@@ -228,6 +230,10 @@ class Indexer:
         except BaseException:
             self.store.abandon_rebuild(fresh)
             raise
+        with contextlib.suppress(StoreError):  # the uses written to the live index since the rebuild began
+            meanwhile = uses_since(self.store.usage_rows(), fresh.usage_rows())
+            if meanwhile:
+                fresh.add_usage(meanwhile)
         self.store.finish_rebuild(fresh)
         return report
 

@@ -38,6 +38,11 @@ PACK_INPUT: dict[str, Any] = {
             "description": "1: also consider the notes the matches link to or are linked from, within the budget; "
             "each such item is marked via: the match it came through. Default 0.",
         },
+        "includeArchive": {
+            "type": "boolean",
+            "description": "true: also look in archived memory (memory/archive/, old logs the lifecycle moved "
+            "there). Default false.",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,

@@ -38,6 +38,11 @@ SEARCH_INPUT: dict[str, Any] = {
             "description": "1: also return the notes a result links to or is linked from ([[wikilinks]], "
             "relative Markdown links), each marked via: the result it came through. Default 0.",
         },
+        "includeArchive": {
+            "type": "boolean",
+            "description": "true: also look in archived memory (memory/archive/, old logs the lifecycle moved "
+            "there). Default false.",
+        },
     },
     "required": ["query"],
     "additionalProperties": False,

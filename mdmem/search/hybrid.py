@@ -119,12 +119,14 @@ def search(
     low_confidence_results: int = 3,
     sources: Collection[str] | None = None,
     current_first: bool = True,
+    hidden: tuple[str, ...] = (),
 ) -> SearchOutcome:
     """Search ``store``. With ``query_vector`` None the search is keyword-only. ``today`` is the day temporal
     decay counts ages from (default: the machine's local date). When no candidate reaches ``min_score``,
     up to ``low_confidence_results`` of the closest are returned marked low-confidence (0: none). With
     ``sources``, chunks of other sources are left out (an index may hold rows another process searches).
-    ``current_first`` (``query.currentFirst``) adds the implicit supersessions (mdmem.search.grouping)."""
+    ``current_first`` (``query.currentFirst``) adds the implicit supersessions (mdmem.search.grouping).
+    Chunks whose path starts with one of ``hidden`` are left out (the archive, unless asked for)."""
     terms = query_terms(query)
     candidates = max(1, max_results * hybrid.candidate_multiplier)
     # Chunks still waiting for their vectors are only reachable by keywords, even in vector mode.
@@ -182,10 +184,11 @@ def search(
     ranked = sorted(scores, key=lambda rid: -scores[rid])
     # Re-ranking needs every candidate (an old log's neighbours may overtake it); otherwise the top suffice.
     # (twice the results asked for: ties at the cut are then broken by path and line, as below, on every store)
-    chunks = _chunks(store, ranked if reorder else ranked[: max_results * 2], sources)
+    left_out: set[int] = set()  # candidates under ``hidden`` (the archive)
+    chunks = _chunks(store, ranked if reorder else ranked[: max_results * 2], sources, hidden, left_out)
     if not reorder and len(chunks) < max_results and len(ranked) > max_results * 2:
         # some vanished meanwhile (a writer replaced their file) or are of other sources: look deeper
-        chunks.update(_chunks(store, ranked[max_results * 2 :], sources))
+        chunks.update(_chunks(store, ranked[max_results * 2 :], sources, hidden, left_out))
     if decay.enabled:
         day = today or date.today()
         scores = {
@@ -205,6 +208,11 @@ def search(
         hits = [by_id[rid] for rid in mmr_order(list(by_id), scores, texts, mmr.lambda_, max_results)]
     snippet_terms = keyword_terms(terms) + identifier_phrases(query) + [run for run in CJK_RUN.findall(query)]
     hits = hits[:max_results]
+    if not hits and left_out:
+        notes.append(
+            f"nothing found outside {', '.join(hidden)}; {len(left_out)} archived chunk(s) match: search again "
+            "with includeArchive (--include-archive) to see them"
+        )
     supersessions = store.supersessions_touching(sorted({h.chunk.path for h in hits})) if hits else []
     if hits and current_first:  # implicit supersessions among the hits' lines, then the newer of a group first
         spans = [(h.chunk.path, h.chunk.start_line, h.chunk.end_line, h.chunk.text) for h in hits]
@@ -213,8 +221,18 @@ def search(
     return SearchOutcome(hits, mode, snippet_terms, notes, supersessions)
 
 
-def _chunks(store: SearchStore, ids: list[int], sources: Collection[str] | None) -> dict[int, ChunkRow]:
+def _chunks(
+    store: SearchStore,
+    ids: list[int],
+    sources: Collection[str] | None,
+    hidden: tuple[str, ...] = (),
+    left_out: set[int] | None = None,
+) -> dict[int, ChunkRow]:
     found = store.chunks_by_ids(ids)
+    if hidden:
+        if left_out is not None:
+            left_out.update(rid for rid, c in found.items() if c.path.startswith(hidden))
+        found = {rid: c for rid, c in found.items() if not c.path.startswith(hidden)}
     return found if sources is None else {rid: c for rid, c in found.items() if c.source in sources}
 
 

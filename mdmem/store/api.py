@@ -22,7 +22,7 @@ from mdmem.files.supersession import Supersession
 if TYPE_CHECKING:
     import numpy as np
 
-    from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow
+    from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow, UsageRow
     from mdmem.util.errors import StoreError
 
 
@@ -213,6 +213,20 @@ class IndexStore(SearchStore, Protocol):
 
     def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
         """The indexed files of ``source`` with a chunk that contains one of ``needles`` (plain text)."""
+        ...
+
+    # -- uses (not derived from the files: kept across rebuilds) ----------------------------------
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        """Add ``rows``' uses to the counts in one transaction (``StoreError`` kind ``read-only`` when the index
+        cannot be written: the caller drops them); ``replace``: the counts become ``rows``."""
+        ...
+
+    def usage_rows(self, path: str | None = None) -> list[UsageRow]:
+        """Every use count, or those of ``path``, by path, chunk and kind."""
+        ...
+
+    def move_usage(self, old: str, new: str) -> None:
+        """Give ``old``'s counts to ``new`` (a file the lifecycle moved)."""
         ...
 
     def entry_log(self) -> EntryLog | None:

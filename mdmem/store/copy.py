@@ -4,7 +4,7 @@ The copy is written as a rebuild of the target (``IndexStore.begin_rebuild``): b
 then switched in at once, so the target's readers see its old index until the copy is complete, and a
 copy that fails or is killed leaves the target as it was. Every file's chunks are copied with their
 vectors (whole chunk and windows); a chunk still waiting for its vectors stays pending; the embedding
-cache and the index's identity (provider, model, chunking) come along, so the copy is used as is. The
+cache, the use counts and the index's identity (provider, model, chunking) come along, so the copy is used as is. The
 supersessions and links are derived again from the copied lines (mdmem.files).
 """
 
@@ -48,6 +48,7 @@ def copy_index(source: IndexStore, target: IndexStore, *, wait: float = 60.0) ->
             for group, items in source.cache_entries():
                 built.cache_put(*group, items)
                 counts["cacheEntries"] += len(items)
+            built.add_usage(source.usage_rows(), replace=True)  # the source's counts, not added to older ones
             for key in COPIED_META:
                 value = source.get_meta(key)
                 if value is not None:

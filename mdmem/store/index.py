@@ -26,11 +26,12 @@ from mdmem.store.fts import FtsSearch
 from mdmem.store.knn import VectorReads
 from mdmem.store.lifecycle import SqliteLifecycle
 from mdmem.store.links import SqliteLinks
-from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow
+from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow, UsageRow
 from mdmem.store.schema import check_ours, check_readable_schema, migrate
 from mdmem.store.sql import rows_in
 from mdmem.store.sqlite_db import SqliteDb
 from mdmem.store.supersessions import SqliteSupersessions
+from mdmem.store.usage import SqliteUsage
 from mdmem.store.vecwrite import VectorWrites
 from mdmem.util.errors import StoreError
 
@@ -70,6 +71,7 @@ class Store:
         self.cache = EmbeddingCache(self.db)
         self.supersessions = SqliteSupersessions(self.db)
         self.links = SqliteLinks(self.db)
+        self.usage = SqliteUsage(self.db)
         self.lifecycle = SqliteLifecycle(self.path, Store, self.reopen)
         self.db.conn = self._open()
 
@@ -289,6 +291,20 @@ class Store:
         self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
     ) -> list[Link]:
         return self.links.find(paths, targets, names)
+
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        if self.readonly:  # no reopen here: the engine's accumulator drops what a read-only index cannot keep
+            raise StoreError(f"the index {self.path} is read-only: uses are not recorded", kind="read-only")
+        try:
+            self.usage.add(rows, replace=replace)
+        except sqlean.Error as exc:
+            raise store_fault(exc, self.path) from exc
+
+    def usage_rows(self, path: str | None = None) -> list[UsageRow]:
+        return self.usage.rows(path)
+
+    def move_usage(self, old: str, new: str) -> None:
+        self.usage.move(old, new)
 
     def entry_log(self) -> None:
         """SQLite keeps no entries: a replica without an agent's files needs the shared PostgreSQL store."""

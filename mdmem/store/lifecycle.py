@@ -2,8 +2,8 @@
 
 - **Writer lock**: a lock file beside the database (``<index>.lock``), one writer per index across
   processes; the embedding phase has its own (``<index>.embed.lock``) so others index text meanwhile.
-- **Rebuilds** write a new generation file beside the live index, seeded with its embedding cache, and
-  swap it in with one atomic rename of a symlink (``mdmem.store.generations``); what a killed rebuild
+- **Rebuilds** write a new generation file beside the live index, seeded with its embedding cache and
+  use counts, and swap it in with one atomic rename of a symlink (``mdmem.store.generations``); what a killed rebuild
   leaves is removed by the next writer (``tidy``).
 """
 
@@ -78,6 +78,7 @@ class SqliteLifecycle:
             fresh.conn.execute("ATTACH DATABASE ? AS live", (str(live_file(self.path)),))
             with transaction(fresh.conn):
                 fresh.conn.execute("INSERT OR IGNORE INTO main.embedding_cache SELECT * FROM live.embedding_cache")
+                fresh.conn.execute("INSERT OR IGNORE INTO main.usage SELECT * FROM live.usage")  # not from the files
             fresh.conn.execute("DETACH DATABASE live")
         except BaseException:
             fresh.close()

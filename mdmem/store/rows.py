@@ -37,3 +37,31 @@ class ChunkRow:
     heading: str
     text: str
     id: int | None = None
+
+
+USE_KINDS = ("search", "pack", "get")
+"""What a use is: a search hit shown, a pack (or recall) item included, a memory_get read."""
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """How often one kind of use (``USE_KINDS``) reached a chunk (``chunk``: its hash) or a whole file (``chunk``
+    empty: a memory_get), and when last (a UNIX time). Kept in the index, never in the Markdown."""
+
+    path: str
+    chunk: str
+    kind: str
+    uses: int
+    last_used_at: float
+
+
+def uses_since(live: Sequence[UsageRow], copied: Sequence[UsageRow]) -> list[UsageRow]:
+    """The uses ``live`` has beyond ``copied`` (the counts a rebuild copied when it began): what was written to
+    the live index meanwhile, for the rebuilt one before it is swapped in (counts only ever grow)."""
+    before = {(r.path, r.chunk, r.kind): r.uses for r in copied}
+    out = []
+    for r in live:
+        more = r.uses - before.get((r.path, r.chunk, r.kind), 0)
+        if more > 0:
+            out.append(UsageRow(r.path, r.chunk, r.kind, more, r.last_used_at))
+    return out

@@ -165,12 +165,22 @@ def _m5_links(conn: sqlean.Connection) -> None:
     conn.execute("CREATE INDEX links_name ON links(name)")
 
 
+def _m6_usage(conn: sqlean.Connection) -> None:
+    """How often each chunk and file was used, by kind (mdmem.store.usage): not derived from the files, so a
+    rebuild copies it over; an index of an older version starts with none."""
+    conn.execute(
+        "CREATE TABLE usage (path TEXT NOT NULL, chunk TEXT NOT NULL, kind TEXT NOT NULL, uses INTEGER NOT NULL, "
+        "last_used_at REAL NOT NULL, PRIMARY KEY (path, chunk, kind)) WITHOUT ROWID"
+    )
+
+
 MIGRATIONS: list[Callable[[sqlean.Connection], None]] = [
     _m1_initial,
     _m2_stemming_and_windows,
     _m3_pending_embeddings,
     _m4_supersessions,
     _m5_links,
+    _m6_usage,
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -204,7 +214,9 @@ def check_ours(conn: sqlean.Connection, path: Path) -> None:
     if int(conn.execute("PRAGMA user_version").fetchone()[0]) != 0:
         return
     names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' LIMIT 5")]
-    if names:
+    # read again: another connection may have created the index between the two reads (its first migration
+    # commits the tables and the version together)
+    if names and int(conn.execute("PRAGMA user_version").fetchone()[0]) == 0:
         raise StoreError(
             f"{path} is not an mdmem index (no schema version, tables {', '.join(names)}): if it is a damaged "
             "index, run `mdmem index --force` to move it aside and rebuild it from the memory files; "

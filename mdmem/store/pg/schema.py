@@ -22,7 +22,7 @@ from typing import Any
 from mdmem.config.store import schema_problem
 from mdmem.util.errors import StoreError
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -212,6 +212,16 @@ def _m10_positions(cur: Any, s: str) -> None:
         cur.execute(statement)
 
 
+def _m11_usage(cur: Any, s: str) -> None:
+    """How often each chunk and file was used, by kind (mdmem.store.pg.usage): per agent, not per generation
+    (not derived from the files: a rebuild keeps them)."""
+    cur.execute(
+        f"""CREATE TABLE {s}.usage (
+            agent_id text NOT NULL, path text NOT NULL, chunk text NOT NULL, kind text NOT NULL,
+            uses bigint NOT NULL, last_used_at double precision NOT NULL, PRIMARY KEY (agent_id, path, chunk, kind))"""
+    )
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
@@ -223,6 +233,7 @@ MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     8: _m8_supersessions,
     9: _m9_links,
     10: _m10_positions,
+    11: _m11_usage,
 }
 
 

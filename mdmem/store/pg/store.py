@@ -34,8 +34,9 @@ from mdmem.store.pg.generations import RETIRED_KEEP_SECONDS, PgGenerations
 from mdmem.store.pg.indexing import PgIndexing
 from mdmem.store.pg.schema import check_schema_name, ensure_migrated
 from mdmem.store.pg.searching import PgSearching
+from mdmem.store.pg.usage import PgUsage
 from mdmem.store.pg.view import PgIndexView, lock_key
-from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow
+from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow, UsageRow
 from mdmem.util.errors import LockError, StoreError
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class PgStore:
         self.generations = PgGenerations(self.view, self.claims, self.indexing.vec_dims)
         self.supersessions = supersession_sql.PgSupersessions(self.view)
         self.links = link_sql.PgLinks(self.view)
+        self.usage = PgUsage(self.view)
         with self.session() as conn:
             ensure_migrated(conn, url, schema)
             self.view.gen = self.generations.live_generation() if generation is None else generation
@@ -329,6 +331,15 @@ class PgStore:
         self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
     ) -> list[Link]:
         return self.links.find(paths, targets, names)
+
+    def add_usage(self, rows: Sequence[UsageRow], *, replace: bool = False) -> None:
+        self.usage.add(rows, replace=replace)
+
+    def usage_rows(self, path: str | None = None) -> list[UsageRow]:
+        return self.usage.rows(path)
+
+    def move_usage(self, old: str, new: str) -> None:
+        self.usage.move(old, new)
 
     def chunks_of(self, path: str) -> list[ChunkRow]:
         return self.indexing.chunks_of(path)
