@@ -256,7 +256,7 @@ class Engine:
         if not self.settings.enabled:
             return {"path": path, "text": "", "disabled": True, "error": self.disabled_reason()}
         got = get_file(self.workspace, path, from_line, lines, max_bytes=self.settings.max_file_bytes)
-        if not got.get("error") and got.get("text") and "[REDACTED" not in got["path"]:
+        if not got.get("error") and got.get("text") and not _names_a_secret(got["path"]):
             self.usage.record("get", [(got["path"], "")])
         return got
 
@@ -337,3 +337,12 @@ class Engine:
             except Exception as exc:  # the files moved; the next sync or search indexes them
                 out.setdefault("warnings", []).append(f"index not updated yet: {exc}")
         return out
+
+
+def _names_a_secret(path: str) -> bool:
+    """Whether ``get`` answered with its path redacted (it names a secret): such a path counts no use."""
+    if "[" not in path:
+        return False  # a plain path: the redaction rules need not even load
+    from mdmem.util.redaction import MARKER_PREFIX, REDACTED
+
+    return REDACTED in path or MARKER_PREFIX in path
