@@ -27,7 +27,9 @@ def service(tmp_path: Path) -> Iterator[Service]:
     ws = tmp_path / "ws"
     (ws / "memory").mkdir(parents=True)
     (ws / "MEMORY.md").write_text("# Memory\n\nThe boiler room key hangs behind the blue door.\n")
-    cfg = write_config(tmp_path / "config.json", {"main": ws}, autoAgents=True, recallWorkers=1)
+    cfg = write_config(
+        tmp_path / "config.json", {"main": ws}, autoAgents=True, recallWorkers=1, recallBudgetMs=5000
+    )  # these tests are about bodies, not speed: a loaded 2-core machine must not turn a recall into a 503
     svc = Service(cfg, tmp_path / "home", TOKEN, tmp_path / "serve.log")
     svc.start()
     yield svc
@@ -245,7 +247,9 @@ BODIES = st.one_of(
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     root = tmp_path_factory.mktemp("fuzz")
     (root / "ws" / "memory").mkdir(parents=True)
-    cfg = write_config(root / "config.json", {"main": root / "ws"}, autoAgents=True, recallWorkers=0)
+    cfg = write_config(
+        root / "config.json", {"main": root / "ws"}, autoAgents=True, recallWorkers=0, recallBudgetMs=5000
+    )
     svc = Service(cfg, root / "home", TOKEN, root / "serve.log")
     svc.start()
     yield svc

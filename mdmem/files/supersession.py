@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from mdmem.files.fences import outside_fences
 from mdmem.files.workspace import ROOT_FILES
 
-__all__ = ["Supersession", "marker", "parse_ref", "parse_supersessions", "strip_markers"]
+__all__ = ["LINE_LEAD", "Supersession", "marker", "parse_ref", "parse_supersessions", "strip_markers"]
 
 _REF = r"(?:\[[^\]\n]*\]\(\s*<?(?P<{n}a>[^)\s>]+)>?\s*\)|<(?P<{n}b>[^>\s]+)>|(?P<{n}c>[^\s()<>\[\]]+#L\d+(?:-L?\d+)?))"
 _SUPERSEDED = re.compile(
@@ -39,7 +39,8 @@ _SUPERSEDES = re.compile(
     r"\(\s*(?:supersedes|replaces)(?:\s*:)?\s+" + _REF.format(n="n") + r"\s*\)",
     re.IGNORECASE,
 )
-_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
+# What comes before a fact on its line: a list bullet or number, a checkbox, a [YYYY-MM-DD HH:MM] or [HH:MM] stamp.
+LINE_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 _STRUCK = re.compile(r"^~~(?!~)(?P<fact>.+?)(?<!~)~~$")
 _LINE_REF = re.compile(r"^(?P<path>[^#]*)#L(?P<line>\d+)(?:-L?\d+)?$")
 
@@ -110,7 +111,7 @@ def _ref(found: re.Match[str], n: str) -> str:
 
 def _struck(line: str) -> bool:
     """The whole fact (after the list bullet and the ``[HH:MM]`` stamp) is struck through."""
-    rest = _SUPERSEDED.sub("", line[_LEAD.match(line).end() :]).strip()  # type: ignore[union-attr]
+    rest = _SUPERSEDED.sub("", line[LINE_LEAD.match(line).end() :]).strip()  # type: ignore[union-attr]
     return bool(_STRUCK.match(rest))
 
 

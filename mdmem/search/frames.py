@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from mdmem.files.supersession import LINE_LEAD
 from mdmem.search.query import fold
 
 __all__ = ["Frame", "LINES_REMEMBERED", "MAX_SUBJECT", "MAX_TAIL", "frames_of"]
@@ -33,7 +34,6 @@ LINES_REMEMBERED = 8192
 MAX_SUBJECT = 6
 MAX_VALUE = 4
 MAX_TAIL = 4
-_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 _TOKEN = re.compile(r"\w+(?:['’.\-]\w+)*")
 _FILLER = frozenset(
     "now nowadays currently still again actually officially finally recently just also today yesterday "
@@ -83,7 +83,7 @@ class Frame:
 def frames_of(text: str) -> tuple[Frame, ...]:
     """The frames ``text`` (one line) states; empty for a line that is not *subject, verb, value*. Remembered
     for the last ``LINES_REMEMBERED`` lines: the same chunks come back search after search."""
-    rest = text[_LEAD.match(text).end() :]  # type: ignore[union-attr]
+    rest = text[LINE_LEAD.match(text).end() :]  # type: ignore[union-attr]
     low = fold(rest)
     if _FIRST.isdisjoint(low.split()):
         return ()

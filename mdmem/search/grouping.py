@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from functools import lru_cache
 
-from mdmem.files.supersession import Supersession, parse_supersessions
+from mdmem.files.supersession import LINE_LEAD, Supersession, parse_supersessions
 from mdmem.search.frames import LINES_REMEMBERED, frames_of
 from mdmem.search.query import fold
 from mdmem.search.truth import line_date
@@ -32,7 +32,6 @@ __all__ = ["MAX_VALUE", "MIN_SHARED", "implicit_supersessions"]
 
 MIN_SHARED = 2
 MAX_VALUE = 5
-_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 _WORDS = re.compile(r"\w+(?:[-.:/]\w+)*")
 # What ends the shared part of two lines that state a value: a copula, a preposition, a verb of state or of
 # change. "Restic backup report 3" / "... report 7" end their shared part on a noun: numbered events, not a value.
@@ -54,7 +53,7 @@ Line = tuple[str, int, str]  # path, line number, text
 @lru_cache(maxsize=LINES_REMEMBERED)
 def _words(text: str) -> tuple[str, ...]:
     """The words of a line after its bullet and stamp, folded, without fillers (remembered, as frames are)."""
-    rest = text[_LEAD.match(text).end() :]  # type: ignore[union-attr]
+    rest = text[LINE_LEAD.match(text).end() :]  # type: ignore[union-attr]
     return tuple(w for w in _WORDS.findall(fold(rest)) if w not in _FILLER)
 
 
@@ -96,7 +95,7 @@ def _keyed(text: str) -> bool:
 
 def _colon_after(text: str, words: Sequence[str]) -> bool:
     """``Wifi password: hunter2``: the line names its key, then a colon or an equals sign, then the value."""
-    rest = fold(text[_LEAD.match(text).end() :])  # type: ignore[union-attr]
+    rest = fold(text[LINE_LEAD.match(text).end() :])  # type: ignore[union-attr]
     cut = max(rest.find(":"), rest.find("="))
     return cut > 0 and all(w in rest[:cut] for w in words)
 

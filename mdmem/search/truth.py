@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mdmem.files.supersession import Supersession, strip_markers
+from mdmem.files.supersession import LINE_LEAD, Supersession, strip_markers
 from mdmem.search.query import (
     STOP_WORDS,
     WORD,
@@ -35,7 +35,6 @@ __all__ = ["FactLine", "Fact", "facts_about", "line_date", "mention_counter", "m
 
 Key = tuple[str, int]
 _STAMP = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?\[(?:(\d{4}-\d{2}-\d{2})[ T])?(\d{1,2}:\d{2})\]\s*")
-_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def line_date(path: str, text: str) -> str:
 
 def fact_text(text: str) -> str:
     """The fact of a line: without its bullet, check box, stamp, supersession marks and strike-through."""
-    return strip_markers(text)[_LEAD.match(strip_markers(text)).end() :].strip()  # type: ignore[union-attr]
+    return strip_markers(text)[LINE_LEAD.match(strip_markers(text)).end() :].strip()  # type: ignore[union-attr]
 
 
 def mentions(subject: str, text: str) -> int:

@@ -14,6 +14,7 @@ import json
 import re
 from typing import Any
 
+from mdmem.files.supersession import LINE_LEAD
 from mdmem.memory import Memory
 from mdmem.service.contract import (
     BLOCKED_KINDS,
@@ -24,7 +25,6 @@ from mdmem.service.contract import (
 )
 from mdmem.util.redaction import redact
 
-_LEAD = re.compile(r"^\s*(?:[-*+]\s+|\d+[.)]\s+)?(?:\[[ xX]\]\s+)?(?:\[[0-9:\-T ]{4,19}\]\s*)?")
 RECALL_BUDGET_TOKENS = 1500  # about 6 KiB of English: leaves room for the citations within 8 KiB
 
 
@@ -88,7 +88,7 @@ def _implicit_notes(item: dict[str, Any]) -> list[str]:
         if not entry.get("implicit"):
             continue
         n = int(entry.get("line") or 0) - start
-        said = _LEAD.sub("", lines[n]).strip() if 0 <= n < len(lines) else ""  # no bullet, no stamp
+        said = LINE_LEAD.sub("", lines[n]).strip() if 0 <= n < len(lines) else ""  # no bullet, no stamp
         said = redact(said if len(said) <= 80 else said[:79] + "…")
         when = f" since {entry['date']}" if entry.get("date") else ""
         notes.append(f"Superseded{when} by {entry.get('by')}: {said}")

@@ -113,7 +113,7 @@ class SearchStore(Protocol):
     def find_links(
         self, paths: Sequence[str] | None = None, targets: Sequence[str] = (), names: Sequence[str] = ()
     ) -> list[Link]:
-        """The links and aliases (mdmemory.files.links) held by one of ``paths``, or to one of ``targets``, or
+        """The links and aliases (mdmem.files.links) held by one of ``paths``, or to one of ``targets``, or
         naming one of ``names`` (every one when ``paths`` is None and nothing else is asked), by file and line."""
         ...
 

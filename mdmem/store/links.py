@@ -1,4 +1,4 @@
-"""Links between memory files and front-matter aliases (mdmemory.files.links), as the SQLite index holds them: a
+"""Links between memory files and front-matter aliases (mdmem.files.links), as the SQLite index holds them: a
 part of ``Store``. Written with a file's chunks, in the same transaction; read by search, packs, ``links`` and
 status."""
 

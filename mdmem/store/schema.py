@@ -155,7 +155,7 @@ def _m4_supersessions(conn: sqlean.Connection) -> None:
 
 
 def _m5_links(conn: sqlean.Connection) -> None:
-    """Links between memory files and front-matter aliases (mdmemory.files.links), derived like the chunks."""
+    """Links between memory files and front-matter aliases (mdmem.files.links), derived like the chunks."""
     conn.execute(
         "CREATE TABLE links (path TEXT NOT NULL, line INTEGER NOT NULL, target TEXT NOT NULL, name TEXT NOT NULL, "
         "heading TEXT NOT NULL, kind TEXT NOT NULL)"

@@ -1,4 +1,4 @@
-"""Links between memory files and front-matter aliases (mdmemory.files.links) on PostgreSQL: written with a
+"""Links between memory files and front-matter aliases (mdmem.files.links) on PostgreSQL: written with a
 file's chunks in the store's transaction, per generation; read by search, packs, ``links`` and status."""
 
 from __future__ import annotations

@@ -184,7 +184,7 @@ def _m8_supersessions(cur: Any, s: str) -> None:
 
 
 def _m9_links(cur: Any, s: str) -> None:
-    """Links between memory files and front-matter aliases (mdmemory.files.links), per generation."""
+    """Links between memory files and front-matter aliases (mdmem.files.links), per generation."""
     cur.execute(
         f"""CREATE TABLE {s}.links (
             agent_id text NOT NULL, gen bigint NOT NULL, path text NOT NULL, line integer NOT NULL,
