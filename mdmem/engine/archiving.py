@@ -2,8 +2,8 @@
 the pure planner and the moves of mdmem.files.archive, with the uses the index counted (mdmem.engine.usage).
 
 Every ``apply`` and ``revive`` appends one receipt to ``<home>/state/lifecycle/<agent>.jsonl``: counts by
-tier and reason, never a path or a line of memory. Nothing here runs by itself: ``mdmem watch`` applies when
-``lifecycle.schedule`` says (``schedule_due``).
+tier and reason, never a path or a line of memory. Nothing here runs by itself: ``mdmem watch`` and ``mdmem
+serve`` apply when ``lifecycle.schedule`` says (mdmem.engine.lifecycle_schedule).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from mdmem.store.api import IndexStore
 
 RECEIPTS_KEPT_IN_STATUS = 1
-SCHEDULE_SECONDS = {"hourly": 3600.0, "daily": 86_400.0, "weekly": 7 * 86_400.0}
 
 
 def receipts_file(agent: AgentConfig) -> Path:
@@ -189,26 +188,6 @@ def last_receipts(agent: AgentConfig, count: int = RECEIPTS_KEPT_IN_STATUS) -> d
         except ValueError:
             continue
     return {"runs": len(receipts), "last": receipts[-count:]}
-
-
-def schedule_due(agent: AgentConfig, now: float) -> bool:
-    """Whether ``lifecycle.schedule`` asks for an apply now: its period has passed since the last apply (by a
-    person or by the schedule, as the receipts say), or none ran yet."""
-    period = SCHEDULE_SECONDS.get(agent.memory_search.lifecycle.schedule)
-    if period is None:
-        return False
-    try:
-        lines = receipts_file(agent).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return True
-    for line in reversed(lines):
-        try:
-            receipt = json.loads(line)
-        except ValueError:
-            continue
-        if receipt.get("action") == "apply" and isinstance(receipt.get("at"), int | float):
-            return now - float(receipt["at"]) >= period
-    return True
 
 
 def today(agent: AgentConfig) -> Any:

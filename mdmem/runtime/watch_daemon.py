@@ -24,6 +24,7 @@ from filelock import FileLock, Timeout
 from mdmem.config.load import AgentConfig, Config, with_sessions
 from mdmem.engine.background import SyncService
 from mdmem.engine.drain import Drainer
+from mdmem.engine.lifecycle_schedule import Schedule
 from mdmem.engine.watchstate import state_path
 from mdmem.memory import Memory
 from mdmem.runtime.file_watcher import MemoryWatcher
@@ -32,7 +33,6 @@ from mdmem.util.errors import LockError, StoreError
 from mdmem.util.statefile import write_state_file
 
 HEARTBEAT_SECONDS = 2.0
-LIFECYCLE_RETRY_SECONDS = 600.0  # a scheduled lifecycle apply that failed waits this long before the next try
 Emit = Callable[[dict[str, Any]], None]
 
 
@@ -49,7 +49,7 @@ class AgentWatch:
     state_error: str | None = None
     socket: str | None = None  # where it answers the command line (mdmem.runtime.ipc_server), if it does
     drainer: Drainer | None = None  # writes what replicas without the files retained (shared store only)
-    lifecycle_retry_at: float = 0.0  # after a failed scheduled apply: not again before this
+    lifecycle: Schedule | None = None  # ``lifecycle.schedule`` (mdmem.engine.lifecycle_schedule)
 
     def write_state(self) -> None:
         state = {
@@ -191,28 +191,16 @@ def report_watcher(watch: AgentWatch, emit: Emit) -> None:
 def run_lifecycle(watch: AgentWatch, config: Config | None, emit: Emit) -> None:
     """``lifecycle apply`` for the agent when ``lifecycle.schedule`` says it is due (docs/lifecycle.md), on a
     ``Memory`` of its own (the sync service's is busy on its thread); one ``lifecycle`` event with the counts."""
-    from mdmem.engine.archiving import schedule_due
+    if watch.lifecycle is None:
+        watch.lifecycle = Schedule(watch.agent)
 
-    now = time.time()
-    if now < watch.lifecycle_retry_at or not schedule_due(watch.agent, now):
-        return
-    try:
+    def apply() -> dict[str, Any]:
         with Memory(watch.agent, config) as memory:
-            done = memory.lifecycle("apply")
-    except Exception as exc:  # noqa: BLE001 - keep watching; tried again in LIFECYCLE_RETRY_SECONDS
-        watch.lifecycle_retry_at = now + LIFECYCLE_RETRY_SECONDS
-        emit({"event": "error", "agent": watch.agent.id, "error": f"lifecycle apply failed: {exc}"})
-        return
-    receipt = done["receipt"]
-    emit(
-        {
-            "event": "lifecycle",
-            "agent": watch.agent.id,
-            "archived": sum(n for by in receipt["archived"].values() for n in by.values()),
-            "revived": sum(receipt["revived"].values()),
-            "skipped": sum(receipt["skipped"].values()),
-        }
-    )
+            return memory.lifecycle("apply")
+
+    event = watch.lifecycle.run_if_due(apply)
+    if event is not None:
+        emit(event)
 
 
 def stop_agent(watch: AgentWatch) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from mdmem.config.load import AgentConfig, Config
 from mdmem.engine.background import WORKER_BACKOFF as RETRY
 from mdmem.engine.background import BackgroundWork
+from mdmem.engine.lifecycle_schedule import Schedule
 from mdmem.runtime.ipc_server import CommandLine, IpcServer
 from mdmem.service import auth, budget
 from mdmem.service.agents import Agent, Agents
@@ -41,7 +42,8 @@ class BackgroundIndexer:
     """Indexes what the requests left to the background, for every open agent: the text of files a recall's
     catch-up did not reach in its budget, and the vectors of every chunk indexed by text only. One
     ``BackgroundWork`` makes a pass every ``INDEX_EVERY_SECONDS``, or at once when woken; an agent whose pass
-    failed (the provider is down) is passed over until the backoff (``RETRY``) says to try it again."""
+    failed (the provider is down) is passed over until the backoff (``RETRY``) says to try it again. It also
+    applies each agent's lifecycle when ``lifecycle.schedule`` says so."""
 
     def __init__(self, agents: Agents, telemetry: Telemetry) -> None:
         self.agents = agents
@@ -49,6 +51,7 @@ class BackgroundIndexer:
         self.work = BackgroundWork(self._run, name="mdmemory-service-index", interval=INDEX_EVERY_SECONDS)
         self._failures: dict[str, int] = {}  # agent id -> failed passes in a row
         self._retry_at: dict[str, float] = {}  # agent id -> no pass before this (``time.monotonic()``)
+        self._schedules: dict[str, Schedule] = {}  # agent id -> its ``lifecycle.schedule``
 
     def start(self) -> None:
         self.work.start()
@@ -67,6 +70,7 @@ class BackgroundIndexer:
                 continue
             try:
                 self._pass(agent)
+                self._lifecycle(agent)
             finally:
                 self.agents.release(agent)
 
@@ -98,6 +102,31 @@ class BackgroundIndexer:
             pause = RETRY.after(failures)
             self._retry_at[agent.config.id] = now + pause
         self.telemetry.op(agent.config.id, "index", status, (time.perf_counter() - start) * 1000)
+
+    def _lifecycle(self, agent: Agent) -> None:
+        """``lifecycle apply`` when the agent's ``lifecycle.schedule`` says it is due (mdmem.engine.lifecycle_schedule),
+        for an agent whose files are here, under its lock like every write of its ``Memory``: recalls meanwhile
+        answer from the index (their catch-up gives up at their budget). One event on stderr, one telemetry op."""
+        if self.work.stopping or not agent.config.files_here:
+            return
+        schedule = self._schedules.get(agent.config.id)
+        if schedule is None:
+            schedule = self._schedules[agent.config.id] = Schedule(agent.config)
+
+        def apply() -> dict[str, Any]:
+            with agent.lock:
+                done = agent.memory.lifecycle("apply")
+            if done["moved"]:
+                agent.dirty = True  # the next pass checks the moved files' vectors
+            return done
+
+        start = time.perf_counter()
+        event = schedule.run_if_due(apply)
+        if event is None:
+            return
+        status = "succeeded" if event["event"] == "lifecycle" else "failed"
+        self.telemetry.op(agent.config.id, "lifecycle", status, (time.perf_counter() - start) * 1000)
+        print(json.dumps(event, ensure_ascii=False), file=sys.stderr, flush=True)
 
     def _drain(self, agent: Agent) -> None:
         """Write what replicas without the agent's files retained and forgot into them (mdmem.engine.drain)."""
