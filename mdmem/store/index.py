@@ -1,9 +1,10 @@
 """The per-agent index: files, chunks (+ FTS5 via triggers), vectors (vec0) and the embedding cache.
 
-``Store`` is the SQLite ``IndexStore``: it opens the file (read-only when it cannot write) and writes files'
-rows itself; the rest is done by its parts over the one open index (``SqliteDb``), each in its own module —
-keyword search (``fts``), vector writes and reads (``vecwrite``, ``knn``), the embedding cache (``cache``), locks
-and rebuilds (``lifecycle``) — and ``Store`` hands each ``IndexStore`` call to its part.
+``Store`` is the SQLite ``IndexStore``: it opens the file (read-only when it cannot write); the rest is done
+by its parts over the one open index (``SqliteDb``), each in its own module — files and chunks
+(``filerows``), keyword search (``fts``), vector writes and reads (``vecwrite``, ``knn``), the embedding cache
+(``cache``), supersessions, links, uses, locks and rebuilds (``lifecycle``) — and ``Store`` hands each
+``IndexStore`` call to its part.
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from mdmem.files.supersession import Supersession
 from mdmem.store.cache import EmbeddingCache
 from mdmem.store.connection import connect
 from mdmem.store.faults import fault_message, store_fault, unwritable_reason
+from mdmem.store.filerows import SqliteFiles
 from mdmem.store.fts import FtsSearch
 from mdmem.store.knn import VectorReads
 from mdmem.store.lifecycle import SqliteLifecycle
 from mdmem.store.links import SqliteLinks
 from mdmem.store.rows import ChunkRow, ChunkVectors, FileRow, UsageRow
 from mdmem.store.schema import check_ours, check_readable_schema, migrate
-from mdmem.store.sql import rows_in
 from mdmem.store.sqlite_db import SqliteDb
 from mdmem.store.supersessions import SqliteSupersessions
 from mdmem.store.usage import SqliteUsage
@@ -71,6 +72,7 @@ class Store:
         self.cache = EmbeddingCache(self.db)
         self.supersessions = SqliteSupersessions(self.db)
         self.links = SqliteLinks(self.db)
+        self.file_rows = SqliteFiles(self.db, self.vector_writes, self.supersessions, self.links)
         self.usage = SqliteUsage(self.db)
         self.lifecycle = SqliteLifecycle(self.path, Store, self.reopen)
         self.db.conn = self._open()
@@ -175,16 +177,13 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- files ------------------------------------------------------------------------------------
+    # -- files and chunks (``SqliteFiles``) ---------------------------------------------------------
     def files(self) -> dict[str, FileRow]:
-        rows = self.conn.execute(
-            "SELECT path, source, hash, mtime, size, encoding_errors, chunks, indexed_at FROM files"
-        ).fetchall()
-        return {r[0]: FileRow(*r) for r in rows}
+        return self.file_rows.files()
 
     def touch_file(self, path: str, mtime: float, size: int) -> None:
         """Record a new mtime/size for a file whose content hash did not change."""
-        self.conn.execute("UPDATE files SET mtime = ?, size = ? WHERE path = ?", (mtime, size, path))
+        self.file_rows.touch_file(path, mtime, size)
 
     def replace_file(
         self,
@@ -194,95 +193,24 @@ class Store:
         supersessions: Sequence[Supersession] = (),
         links: Sequence[Link] = (),
     ) -> list[int]:
-        """Replace every row of ``file.path`` with ``chunks`` and their vectors in one transaction.
-
-        ``vectors[i]`` holds chunk i's vectors: one per embedded window, each with the hash of its input.
-        ``vectors[i] is None`` writes the chunk without vectors and marks it pending (keyword search finds
-        it at once; ``add_vectors`` fills it in later). ``vectors`` None means an index without vectors.
-        ``supersessions`` and ``links``: those the file holds (mdmem.files). Returns the new chunk ids.
-        """
-        if vectors is not None and len(vectors) != len(chunks):
-            raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
-        with self.db.tx():
-            self._delete_rows(file.path)
-            self.supersessions.write(file.path, supersessions)
-            self.links.add(file.path, links)
-            ids: list[int] = []
-            for c in chunks:
-                cur = self.conn.execute(
-                    "INSERT INTO chunks(path, source, start_line, end_line, hash, embed_hash, heading, text) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (file.path, file.source, c.start_line, c.end_line, c.hash, c.embed_hash, c.heading, c.text),
-                )
-                ids.append(int(cur.lastrowid))
-            if vectors is not None and len(ids):
-                known = [(cid, cv) for cid, cv in zip(ids, vectors, strict=True) if cv is not None]
-                self.vector_writes.insert_vectors([cid for cid, _ in known], [cv for _, cv in known])
-                self.conn.executemany(
-                    "INSERT INTO pending_embeddings(chunk_id) VALUES (?)",
-                    [(cid,) for cid, cv in zip(ids, vectors, strict=True) if cv is None],
-                )
-            self.conn.execute(
-                "INSERT OR REPLACE INTO files(path, source, hash, mtime, size, encoding_errors, chunks, indexed_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, len(ids), time.time()),
-            )
-        return ids
+        """Replace every row of ``file.path`` in one transaction (``SqliteFiles.replace_file``)."""
+        return self.file_rows.replace_file(file, chunks, vectors, supersessions, links)
 
     def delete_file(self, path: str) -> None:
         """Remove a file and every row derived from it, in one transaction."""
-        with self.db.tx():
-            self._delete_rows(path)
-            self.conn.execute("DELETE FROM files WHERE path = ?", (path,))
-
-    def _delete_rows(self, path: str) -> None:
-        if self.vec_dims() is not None:
-            ids = [
-                (r[0],)
-                for r in self.conn.execute(
-                    "SELECT v.id FROM vectors v JOIN chunks c ON c.id = v.chunk_id WHERE c.path = ?", (path,)
-                )
-            ]
-            # one statement per rowid: vec0 resolves `rowid = ?` directly but scans for `rowid IN (...)`
-            self.conn.executemany("DELETE FROM chunks_vec WHERE rowid = ?", ids)
-            if self.vector_writes.has_bits():
-                self.conn.executemany("DELETE FROM chunks_vec_bits WHERE rowid = ?", ids)
-            self.conn.executemany("DELETE FROM vectors WHERE id = ?", ids)
-        self.conn.execute(
-            "DELETE FROM pending_embeddings WHERE chunk_id IN (SELECT id FROM chunks WHERE path = ?)", (path,)
-        )
-        self.conn.execute("DELETE FROM chunks WHERE path = ?", (path,))
-        self.conn.execute("DELETE FROM supersessions WHERE path = ?", (path,))
-        self.links.delete(path)
+        self.file_rows.delete_file(path)
 
     def chunk_count(self) -> int:
-        return int(self.db.memoised("chunks", lambda: self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]))
+        return self.file_rows.chunk_count()
 
-    # -- chunks -----------------------------------------------------------------------------------
     def chunks_by_ids(self, ids: Sequence[int]) -> dict[int, ChunkRow]:
-        sql = (
-            "SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM chunks "
-            "WHERE id IN ({marks})"
-        )
-        return {
-            int(r[0]): ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0]))
-            for r in rows_in(self.conn, sql, ids)
-        }
+        return self.file_rows.chunks_by_ids(ids)
 
     def chunks_of(self, path: str) -> list[ChunkRow]:
-        rows = self.conn.execute(
-            "SELECT id, path, source, start_line, end_line, hash, embed_hash, heading, text FROM chunks "
-            "WHERE path = ? ORDER BY start_line, id",
-            (path,),
-        ).fetchall()
-        return [ChunkRow(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], id=int(r[0])) for r in rows]
+        return self.file_rows.chunks_of(path)
 
     def paths_with_text(self, needles: Sequence[str], source: str) -> list[str]:
-        if not needles:
-            return []
-        found = " OR ".join("instr(text, ?) > 0" for _ in needles)
-        sql = f"SELECT DISTINCT path FROM chunks WHERE source = ? AND ({found}) ORDER BY path"
-        return [r[0] for r in self.conn.execute(sql, (source, *needles)).fetchall()]
+        return self.file_rows.paths_with_text(needles, source)
 
     def supersessions_touching(self, paths: Sequence[str]) -> list[Supersession]:
         return self.supersessions.touching(paths)

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -24,12 +23,13 @@ from typing import TYPE_CHECKING, Any
 from mdmem.config.store import HnswConfig
 from mdmem.files.links import Link
 from mdmem.files.supersession import Supersession
-from mdmem.store.pg import claims, keyword, rows
+from mdmem.store.pg import claims
 from mdmem.store.pg import links as link_sql
 from mdmem.store.pg import supersessions as supersession_sql
 from mdmem.store.pg import vectors as vector_sql
 from mdmem.store.pg.connection import DEFAULT_MAX_CONNECTIONS, borrows, shown_url, try_lock, unlock
 from mdmem.store.pg.entries import PgEntryLog
+from mdmem.store.pg.filerows import PgFiles
 from mdmem.store.pg.generations import RETIRED_KEEP_SECONDS, PgGenerations
 from mdmem.store.pg.indexing import PgIndexing
 from mdmem.store.pg.schema import check_schema_name, ensure_migrated
@@ -55,9 +55,10 @@ class PgStore:
     generation being built instead of the live one (a rebuild's writer). With a ``workspace`` (the agent's
     files are on this host), only that workspace may write or search the index (see ``claims``).
 
-    It writes files' rows and holds the writer lock itself; the rest is done by its parts over one
-    ``PgIndexView`` — chunks, vectors and the embedding cache (``indexing``), search (``searching``), the
-    generations (``generations``) — and it hands each ``IndexStore`` call to its part."""
+    It holds the writer lock itself; the rest is done by its parts over one ``PgIndexView`` — meta and files'
+    rows (``filerows``), chunks, vectors and the embedding cache (``indexing``), search (``searching``), the
+    generations (``generations``), supersessions, links and uses — and it hands each ``IndexStore`` call to
+    its part."""
 
     write_fault: StoreError | None = None  # a PostgreSQL index has no read-only fallback: a fault is raised
     inode: int | None = None  # not a file
@@ -83,6 +84,7 @@ class PgStore:
         self.supersessions = supersession_sql.PgSupersessions(self.view)
         self.links = link_sql.PgLinks(self.view)
         self.usage = PgUsage(self.view)
+        self.file_rows = PgFiles(self.view)
         with self.session() as conn:
             ensure_migrated(conn, url, schema)
             self.view.gen = self.generations.live_generation() if generation is None else generation
@@ -199,37 +201,16 @@ class PgStore:
             finally:
                 unlock(self.view.url, key)
 
-    # -- meta and files ---------------------------------------------------------------------------
-    @borrows
+    # -- meta and files (mdmem.store.pg.filerows) -----------------------------------------------
     def get_meta(self, key: str, default: Any = None, gen: int | None = None) -> Any:
-        row = self.view.conn.execute(
-            f"SELECT value FROM {self.view.schema}.meta WHERE agent_id = %s AND gen = %s AND key = %s",
-            (self.view.agent_id, self.view.gen if gen is None else gen, key),
-        ).fetchone()
-        return row[0] if row else default
+        return self.file_rows.get_meta(key, default, gen)
 
-    @borrows
     def set_meta(self, key: str, value: Any, gen: int | None = None) -> None:
-        with self.view.conn.transaction():
-            self.view.conn.execute(
-                f"INSERT INTO {self.view.schema}.meta (agent_id, gen, key, value) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (agent_id, gen, key) DO UPDATE SET value = EXCLUDED.value",
-                (self.view.agent_id, self.view.gen if gen is None else gen, key, json.dumps(value)),
-            )
+        self.file_rows.set_meta(key, value, gen)
 
-    @borrows
     def files(self, gen: int | None = None) -> dict[str, FileRow]:
-        rows = self.view.conn.execute(
-            f"SELECT f.path, f.source, f.hash, f.mtime, f.size, f.encoding_errors, (SELECT count(*) FROM "
-            f"{self.view.schema}.chunks c WHERE c.agent_id = f.agent_id AND c.gen = f.gen AND c.path = f.path), "
-            f"f.indexed_at FROM {self.view.schema}.files f WHERE f.agent_id = %s AND f.gen = %s",
-            (self.view.agent_id, self.view.gen if gen is None else gen),
-        ).fetchall()
-        return {
-            r[0]: FileRow(r[0], r[1], r[2], float(r[3]), int(r[4]), int(r[5]), int(r[6]), float(r[7])) for r in rows
-        }
+        return self.file_rows.files(gen)
 
-    @borrows
     def replace_file(
         self,
         file: FileRow,
@@ -239,55 +220,12 @@ class PgStore:
         links: Sequence[Link] = (),
         gen: int | None = None,
     ) -> list[int]:
-        """Replace every row of ``file.path`` with ``chunks`` (and their vectors: see the SQLite store's
-        ``replace_file``; None for a chunk marks it pending) in one transaction. Returns the chunk ids."""
-        if vectors is not None and len(vectors) != len(chunks):
-            raise StoreError(f"{file.path}: vectors for {len(vectors)} chunks, but {len(chunks)} chunks")
-        s, a, g = self.view.schema, self.view.agent_id, self.view.gen if gen is None else gen
-        with self.view.conn.transaction(), self.view.conn.cursor() as cur:
-            self._delete_rows(cur, file.path, g)
-            pending = [vectors is not None and vectors[i] is None for i in range(len(chunks))]
-            ids = rows.insert_chunks(cur, s, a, g, file, chunks, pending)
-            supersession_sql.add(cur, s, a, g, file.path, supersessions)
-            link_sql.add(cur, s, a, g, file.path, links)
-            if vectors is not None:
-                stored = [
-                    (cid, digest, row)
-                    for cid, cv in zip(ids, vectors, strict=True)
-                    if cv is not None
-                    for digest, row in zip(cv[0], cv[1], strict=True)
-                ]
-                vector_sql.add_vectors(cur, s, a, g, stored)
-            cur.execute(
-                f"INSERT INTO {s}.files (agent_id, gen, path, source, hash, mtime, size, encoding_errors, indexed_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (agent_id, gen, path) DO UPDATE SET "
-                "source = EXCLUDED.source, hash = EXCLUDED.hash, mtime = EXCLUDED.mtime, size = EXCLUDED.size, "
-                "encoding_errors = EXCLUDED.encoding_errors, indexed_at = EXCLUDED.indexed_at",
-                (a, g, file.path, file.source, file.hash, file.mtime, file.size, file.encoding_errors, time.time()),
-            )
-        self.view.remembered = None
-        return ids
+        """Replace every row of ``file.path`` in one transaction (``PgFiles.replace_file``)."""
+        return self.file_rows.replace_file(file, chunks, vectors, supersessions, links, gen)
 
-    @borrows
     def delete_file(self, path: str, gen: int | None = None) -> None:
         """Remove a file and every row derived from it, in one transaction."""
-        g = self.view.gen if gen is None else gen
-        with self.view.conn.transaction(), self.view.conn.cursor() as cur:
-            self._delete_rows(cur, path, g)
-            cur.execute(
-                f"DELETE FROM {self.view.schema}.files WHERE agent_id = %s AND gen = %s AND path = %s",
-                (self.view.agent_id, g, path),
-            )
-        self.view.remembered = None
-
-    def _delete_rows(self, cur: Any, path: str, gen: int) -> None:
-        cur.execute(
-            f"SELECT id FROM {self.view.schema}.chunks WHERE agent_id = %s AND gen = %s AND path = %s",
-            (self.view.agent_id, gen, path),
-        )
-        keyword.remove_chunks(cur, self.view.schema, self.view.agent_id, gen, [int(r[0]) for r in cur.fetchall()])
-        supersession_sql.delete(cur, self.view.schema, self.view.agent_id, gen, path)
-        link_sql.delete(cur, self.view.schema, self.view.agent_id, gen, path)
+        self.file_rows.delete_file(path, gen)
 
     # -- generations (mdmem.store.pg.generations) ----------------------------------------------
     def begin_rebuild(self) -> PgStore:
