@@ -196,3 +196,29 @@ def test_uses_written_during_a_rebuild_are_kept(make_memory: Callable[..., Memor
 
     mem.sync(force=True, progress=meanwhile)
     assert by_kind(mem.store.usage_rows()) == {("memory/2026-05-02.md", "search"): 2}
+
+
+@both_backends
+def test_a_traced_pack_says_which_records_it_refreshed(make_memory: Callable[..., Memory], workspace: Path) -> None:
+    notes(workspace)
+    write(workspace / "memory/2026-05-03.md", "# 2026-05-03\n\n- the heron was back at the lake\n")
+    mem = make_memory({"usage": {"flushSeconds": 0}}, provider="none")
+    pack = mem.pack("heron lake", trace=True)
+    items = sorted(f"{i['path']}#L{i['startLine']}" for i in pack["items"])
+    assert len(items) == 2
+    refreshed = sorted(r["ref"] for r in pack["refreshed"])
+    assert [r.split("-L")[0] for r in refreshed] == items  # each item's chunk, with its lines
+    assert {r["kind"] for r in pack["refreshed"]} == {"pack"}
+    assert {r.path for r in mem.store.usage_rows() if r.kind == "pack"} == {i.split("#")[0] for i in items}
+    assert "refreshed" not in mem.pack("heron lake")  # only with the trace
+    off = make_memory({"usage": {"enabled": False}}, provider="none")
+    assert off.pack("heron lake", trace=True)["refreshed"] == []  # tracking off: nothing refreshed
+
+
+def test_pack_trace_prints_the_refreshed_records(
+    tmp_path: Path, workspace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    notes(workspace)
+    cfg = str(write_config(tmp_path / "c.json5", workspace, {"memorySearch": {"provider": "none"}}))
+    assert run_cli(["pack", "--config", cfg, "--trace", "glassblower Murano"]) == 0
+    assert "uses refreshed: 1 record(s): memory/people/bob.md#L1-L3" in capsys.readouterr().out

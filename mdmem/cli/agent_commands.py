@@ -143,6 +143,9 @@ def _format_pack(r: dict[str, Any]) -> str:
         out.append(
             f"{receipt['rank']:>3}. {receipt['decision']:8} {receipt['ref']}  {scores}  {receipt['reason']}{cost}"
         )
+    if "refreshed" in r:
+        refs = ", ".join(x["ref"] for x in r["refreshed"])
+        out.append(f"uses refreshed: {len(r['refreshed'])} record(s){': ' + refs if refs else ''}")
     out += [f"note: {note}" for note in r.get("warnings", [])]
     return "\n".join(out)
 

@@ -57,14 +57,15 @@ def run_pack(
     trace: bool = False,
     neighbors: int = 0,
     hidden: tuple[str, ...] = (),
-    used: Callable[[list[tuple[str, str]]], None] | None = None,
+    used: Callable[[list[tuple[str, str]]], bool] | None = None,
 ) -> dict[str, Any]:
     """``Memory.pack``: ``{query, budgetTokens, usedTokens, items, bundleText, provider, model, mode}`` plus
     ``trace`` when asked and ``fallback`` / ``stale`` / ``warnings`` as memory_search has them. Over ``search``
     (the engine's, which catches up first); ``choice``, ``store`` and ``lines_of`` (the files' lines:
     mdmem.pack.inputs.lines_reader) are asked for after it, as the search may have changed them. Paths under
     ``hidden`` are left out (the archive), also when a link or a supersession points there; ``used`` gets the
-    (path, chunk hash) of the chunks the items came from (mdmem.engine.usage)."""
+    (path, chunk hash) of the chunks the items came from and says whether it counted them (mdmem.engine.usage):
+    with ``trace``, ``refreshed`` lists those chunks (``ref``: path and lines), whose last use is now."""
     query, budget_tokens, max_items, sources = check_pack_arguments(query, budget_tokens, max_items, sources)
     q = settings.query
     before = choice()
@@ -128,9 +129,10 @@ def run_pack(
             f"budget of {best.budget_tokens} tokens"
         )
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
-    if used is not None and pack.items:
-        used(_item_chunks(pack.items, hits))
+    counted = used is not None and bool(pack.items) and used([(c.path, c.hash) for c in _item_chunks(pack.items, hits)])
     body = pack.to_dict(trace)
+    if trace:
+        body["refreshed"] = [_chunk_ref(c) for c in _item_chunks(pack.items, hits)] if counted else []
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
     if outcome.supersessions:
         for item, made in zip(head["items"], pack.items, strict=True):
@@ -141,15 +143,19 @@ def run_pack(
     return {**head, "provider": chosen.name, "model": model, **body, **notes}
 
 
-def _item_chunks(items: Sequence[Any], hits: Sequence[Hit]) -> list[tuple[str, str]]:
-    """(path, chunk hash) of the chunk each item was cut from."""
-    found: list[tuple[str, str]] = []
+def _item_chunks(items: Sequence[Any], hits: Sequence[Hit]) -> list[Any]:
+    """The chunk each item was cut from, each once."""
+    found: dict[tuple[str, str, int], Any] = {}
     for item in items:
         for h in hits:
             if h.chunk.path == item.path and h.chunk.start_line <= item.start_line <= h.chunk.end_line:
-                found.append((h.chunk.path, h.chunk.hash))
+                found.setdefault((h.chunk.path, h.chunk.hash, h.chunk.start_line), h.chunk)
                 break
-    return found
+    return list(found.values())
+
+
+def _chunk_ref(chunk: Any) -> dict[str, str]:
+    return {"ref": f"{chunk.path}#L{chunk.start_line}-L{chunk.end_line}", "kind": "pack"}
 
 
 def _mark_via(

@@ -62,10 +62,11 @@ class UsageTracker:
         self.dropped = 0  # uses a read-only index could not keep
         self.last_error: str | None = None
 
-    def record(self, kind: str, used: Iterable[tuple[str, str]]) -> None:
-        """Count one use of ``kind`` for each (path, chunk hash) in ``used`` (chunk "": the whole file)."""
+    def record(self, kind: str, used: Iterable[tuple[str, str]]) -> bool:
+        """Count one use of ``kind`` for each (path, chunk hash) in ``used`` (chunk "": the whole file); False
+        when tracking is off (``usage.enabled``) and nothing was counted."""
         if not self.enabled:
-            return
+            return False
         if kind not in USE_KINDS:
             raise ValueError(f"unknown use kind {kind!r}: one of {', '.join(USE_KINDS)}")
         now = self.clock()
@@ -75,6 +76,7 @@ class UsageTracker:
             due = now >= self.next_flush
         if due:
             self.flush()
+        return True
 
     def close(self, index_open: bool) -> None:
         """At the end: write what waits, to the index when it is open, else to the spool (see the docstring)."""
