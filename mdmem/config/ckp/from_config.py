@@ -137,9 +137,15 @@ def to_declaration(agent: AgentConfig, index: Mapping[str, Any] | None = None) -
         if ms.store.backend == "postgres" and ms.store.url
         else str(agent.store_path)
     )
-    metadata = {"name": _name(agent.id), "annotations": {"mdmem/agent": agent.id, "mdmem/index": where}}
+    stores = redact_value(stores, public=_public_keys(stores))  # a path or model name holding a token
+    # the index's place as status shows it (the URL's password replaced: shown_url), the agent id and its path
+    # after the same redaction as the stores (redact_value would take the whole URL for a credential)
+    annotations = {
+        "mdmem/agent": agent.id,
+        "mdmem/index": where if ms.store.backend == "postgres" else redact_value(where),
+    }
+    metadata = {"name": _name(agent.id), "annotations": annotations}
     declaration = {"claw": PROTOCOL, "kind": "Memory", "metadata": metadata, "spec": {"stores": stores}}
-    declaration = redact_value(declaration, public=_public_keys(declaration))
     return Exported(declaration, not_carried(agent, declaration), notes)
 
 

@@ -216,7 +216,10 @@ def _check_obj(schema: Obj, value: Any, path: str, source: str | None) -> None:
             raise _error(path, f"a key is {show(key)}, not a string. Fix: quote the key.", source)
     for key in schema.required:
         if key not in value:
-            fix = _FIXES.get(key) or _FIXES.get(_join(path, key)) or f"add {key}"
+            fix = _FIXES.get(_join(path, key)) or (_FIXES["embedding"] if path.endswith("embedding") else f"add {key}")
+            typo = next((k for k in value if k not in schema.fields and suggest(k, [key]) == key), None)
+            if typo is not None:
+                fix = f"rename {typo!r} to {key!r}"
             raise _error(_join(path, key), f"missing; it is required. Fix: {fix}.", source)
     for key, item in value.items():
         sub = _join(path, key)
