@@ -239,7 +239,8 @@ def _config(tmp_path: Path, memory_search: str) -> Path:
     return path
 
 
-SQLITE = """{ provider: "openai", remote: { apiKey: "sk-proj-Zq3xV9wLm2Rt8YkP4sNd7Hc1Bf6Gj0Ea" }, sources: ["memory", "sessions"],
+SQLITE = """{ provider: "openai", remote: { apiKey: "sk-proj-Zq3xV9wLm2Rt8YkP4sNd7Hc1Bf6Gj0Ea" },
+  sources: ["memory", "sessions"],
   query: { maxResults: 8, hybrid: { fusion: "rrf" } },
   lifecycle: { tiers: [{ name: "daily", paths: ["memory/????-??-??.md"], olderThanDays: 30, unusedDays: 60 }] } }"""
 
