@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from mdmem import __version__  # noqa: I001
 from mdmem.cli import formatting as render
 from mdmem.cli.agent_commands import register as register_agent_commands
+from mdmem.cli.ckp_commands import register as register_ckp_commands
 from mdmem.cli.lifecycle_commands import register as register_lifecycle_commands
 from mdmem.cli.output import write
 from mdmem.cli.parsers import EXIT_USAGE, OnlyOne, Parser, QuietParser, Refused
@@ -112,6 +113,7 @@ def build_parser(parser_class: type[Parser] = Parser, only: str | None = None) -
     register_store_commands(sub, common, parser_class)
     register_truth_commands(sub, common)
     register_lifecycle_commands(sub, common)
+    register_ckp_commands(sub, common, parser_class)
     return parser
 
 

@@ -111,6 +111,26 @@ class Folder:
             raise
         self.sync()
 
+    def create(self, name: str, data: bytes, mode: int = 0o644) -> None:
+        """Make the new file ``name`` hold ``data``, whole or not at all, never replacing a file: a temporary
+        file beside it, ``fsync``, then a hard link to ``name`` (``FileExistsError`` when something is there,
+        even if it appeared meanwhile), ``fsync`` of the folder."""
+        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=self.fd)  # left by a crash
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.fd)
+        try:
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+        self.sync()
+
     def truncate(self, name: str, size: int) -> None:
         fd = self.open(name, os.O_WRONLY)
         try:
