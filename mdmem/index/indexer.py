@@ -17,6 +17,7 @@ from mdmem.files.workspace import MemoryFile, Workspace
 from mdmem.index import entries as entryindex
 from mdmem.index.chunker import chunk_markdown
 from mdmem.index.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
+from mdmem.index.late import late_identity
 from mdmem.index.report import SyncReport
 from mdmem.providers.base import EmbeddingProvider
 from mdmem.store import ChunkRow, FileRow
@@ -81,6 +82,7 @@ class Indexer:
             "chunkTokens": self.settings.chunking.tokens,
             "chunkOverlap": self.settings.chunking.overlap,
             "windowTokens": self.settings.chunking.window_tokens,
+            **late_identity(self.settings.chunking, p),
         }
 
     def identity_matches(self) -> bool:

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     import numpy as np  # imported by the methods that make vectors: a keyword-only process never needs it
 
+    from mdmem.providers.token_vectors import TokenVectors
+
 MIN_ATTEMPT_SECONDS = 0.05
 """No attempt is started with less time than this left before the deadline."""
 _WORKERS_LOCK = threading.Lock()
@@ -77,6 +79,7 @@ class EmbeddingProvider(ABC):
     - ``max_batch_size``: most inputs per ``embed_batch`` call.
     - ``max_batch_tokens``: most total tokens per ``embed_batch`` call (``None``: no limit).
     - ``enforces_deadline``: True when ``embed_batch`` itself stops by ``deadline.time_left()`` (remote).
+    - ``token_embeddings``: True when it gives per-token embeddings for late chunking (local).
     """
 
     id: str = "base"
@@ -88,6 +91,7 @@ class EmbeddingProvider(ABC):
     retry: RetryPolicy = RetryPolicy()
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     enforces_deadline: bool = False
+    token_embeddings: bool = False  # gives per-token embeddings (``token_context``, ``embed_token_batch``)
     breaker: CircuitBreaker | None = None
     _overrun: Future[np.ndarray] | None = None  # a query whose caller stopped waiting for it
 
@@ -142,6 +146,35 @@ class EmbeddingProvider(ABC):
 
     def limit_threads(self, threads: int) -> None:  # noqa: B027 - an optional hook, not abstract
         """From now on compute on at most ``threads`` threads (a process whose other cores answer queries)."""
+
+    def token_context(self) -> int:
+        """Longest token sequence (special tokens and document prefix included) ``embed_token_documents``
+        takes: the model's context. 0 when the provider gives no per-token embeddings (the default)."""
+        return 0
+
+    def embed_token_batch(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        """Per-token vectors of each document (a list of pieces, already sanitised); None for one longer
+        than ``token_context``. Only called when ``token_context`` is not 0."""
+        raise ProviderError(f"{self.id} gives no per-token embeddings")
+
+    def embed_token_documents(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        """Per-token vectors of documents given in pieces (late chunking), the document prefix decoded
+        before the first piece but not counted in ``starts``; None for a document over ``token_context``."""
+        import numpy as np
+
+        from mdmem.providers.token_vectors import TokenVectors
+
+        prefix = self.prepare_document("")
+        out: list[TokenVectors | None] = []
+        for got in self.embed_token_batch([[prefix, *(sanitize_text(p) for p in pieces)] for pieces in docs]):
+            if got is not None:
+                if got.vectors.ndim != 2 or (self.dims is not None and got.vectors.shape[1] != self.dims):
+                    raise ProviderError(f"{self.id} returned token vectors of shape {got.vectors.shape}")
+                if not np.all(np.isfinite(got.vectors)):
+                    raise ProviderError(f"{self.id} returned token vectors with NaN or infinite values")
+                got = TokenVectors(got.vectors, got.starts[1:])
+            out.append(got)
+        return out
 
     # -- the shared pipeline ------------------------------------------------------------------------
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
