@@ -19,7 +19,7 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mdmem.config.settings import ChunkingConfig
 from mdmem.util.tokens import TokenCounter
@@ -55,20 +55,49 @@ class LatePlan:
     keys: tuple[str, ...]  # each window's input hash
 
 
-def late_identity(chunking: ChunkingConfig, provider: EmbeddingProvider | None) -> dict[str, str]:
+def late_identity(chunking: ChunkingConfig, provider: EmbeddingProvider | None) -> dict[str, str | None]:
     """The index identity's part for window vectors: ``{"windowVectors": "late"}`` when windows are late-chunked
     (so a switch rebuilds the index), nothing otherwise: ``separate``, no windows, or a provider without
     per-token embeddings, whose vectors are the same either way (and indexes built before the option keep
-    their identity)."""
+    their identity). ``{"windowVectors": None}`` while the provider cannot tell yet (a remote server not
+    asked yet, or down): the index's own value stands (``Indexer.identity_matches``)."""
     late = chunking.window_vectors == "late" and chunking.window_tokens > 0
-    return {"windowVectors": "late"} if late and provider is not None and provider.token_embeddings else {}
+    if not late or provider is None or provider.token_embeddings is False:
+        return {}
+    return {"windowVectors": "late" if provider.token_embeddings else None}
+
+
+def settle_late(current: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, Any]:
+    """``current`` (an index identity) with a ``windowVectors`` not known yet replaced by ``stored``'s value,
+    or dropped: until the provider can tell, the index's own value stands (a rebuild needs a real change)."""
+    if current.get("windowVectors", "") is not None:
+        return current
+    out = {k: v for k, v in current.items() if k != "windowVectors"}
+    value = (stored or {}).get("windowVectors")
+    return out if value is None else {**out, "windowVectors": value}
+
+
+def late_in_effect(chunking: ChunkingConfig, provider: EmbeddingProvider | None) -> dict[str, str] | None:
+    """For status: how window vectors are made now ("late", "separate" or "unknown") and why; None when
+    ``windowVectors`` is not "late" (nothing to explain)."""
+    if chunking.window_vectors != "late":
+        return None
+    if not chunking.window_tokens:
+        return {"configured": "late", "inEffect": "separate", "why": "windowTokens is 0: one vector per chunk"}
+    if provider is None:
+        return {"configured": "late", "inEffect": "separate", "why": "no embedding provider"}
+    known = provider.token_embeddings
+    state = "unknown" if known is None else "late" if known else "separate"
+    note = getattr(provider, "token_note", None)
+    why = note() if callable(note) else f"{provider.id} {'gives' if known else 'gives no'} per-token embeddings"
+    return {"configured": "late", "inEffect": state, "why": why}
 
 
 def late_setup(provider: EmbeddingProvider, chunking: ChunkingConfig) -> tuple[int, int]:
     """(context, document prefix tokens) for ``late_plan``: (0, 0) when windows are embedded separately,
     by the config or because the provider gives no per-token embeddings."""
-    if chunking.window_vectors != "late" or not chunking.window_tokens or not provider.token_embeddings:
-        return 0, 0
+    if chunking.window_vectors != "late" or not chunking.window_tokens or provider.token_embeddings is False:
+        return 0, 0  # (None: not known yet, a remote server is asked by token_context)
     context = provider.token_context()
     if context <= 0:
         return 0, 0

@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mdmem.providers import deadline
 from mdmem.providers.breaker import CircuitBreaker
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 MIN_ATTEMPT_SECONDS = 0.05
 """No attempt is started with less time than this left before the deadline."""
 _WORKERS_LOCK = threading.Lock()
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class EmbeddingProvider(ABC):
     - ``max_batch_size``: most inputs per ``embed_batch`` call.
     - ``max_batch_tokens``: most total tokens per ``embed_batch`` call (``None``: no limit).
     - ``enforces_deadline``: True when ``embed_batch`` itself stops by ``deadline.time_left()`` (remote).
-    - ``token_embeddings``: True when it gives per-token embeddings for late chunking (local).
+    - ``token_embeddings``: True when it gives per-token embeddings for late chunking (local); None while
+      not known (a remote server is asked by ``token_context``).
     """
 
     id: str = "base"
@@ -91,7 +93,7 @@ class EmbeddingProvider(ABC):
     retry: RetryPolicy = RetryPolicy()
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     enforces_deadline: bool = False
-    token_embeddings: bool = False  # gives per-token embeddings (``token_context``, ``embed_token_batch``)
+    token_embeddings: bool | None = False  # gives per-token embeddings (``token_context``, ``embed_token_batch``)
     breaker: CircuitBreaker | None = None
     _overrun: Future[np.ndarray] | None = None  # a query whose caller stopped waiting for it
 
@@ -166,7 +168,8 @@ class EmbeddingProvider(ABC):
 
         prefix = self.prepare_document("")
         out: list[TokenVectors | None] = []
-        for got in self.embed_token_batch([[prefix, *(sanitize_text(p) for p in pieces)] for pieces in docs]):
+        prepared = [[prefix, *(sanitize_text(p) for p in pieces)] for pieces in docs]
+        for got in self._guarded(lambda: self.embed_token_batch(prepared)):
             if got is not None:
                 if got.vectors.ndim != 2 or (self.dims is not None and got.vectors.shape[1] != self.dims):
                     raise ProviderError(f"{self.id} returned token vectors of shape {got.vectors.shape}")
@@ -262,6 +265,10 @@ class EmbeddingProvider(ABC):
 
     def _call_with_retry(self, batch: list[str]) -> np.ndarray:
         """One batch with retries, bounded by ``max_total_seconds`` and the deadline in force; breaker-guarded."""
+        return self._guarded(lambda: self._validate(batch, self.embed_batch(batch)))
+
+    def _guarded(self, work: Callable[[], _T]) -> _T:
+        """``work`` (one request's worth) under the retry policy, the deadline in force and the breaker."""
         started = time.monotonic()
         end = started + self.retry.max_total_seconds
         outer = deadline.current()
@@ -270,7 +277,7 @@ class EmbeddingProvider(ABC):
         probe = gate.admit(lease=end - started) if gate is not None else False  # ProviderPaused when open
         try:
             with deadline.until(end):
-                vectors = self._attempts(batch, started, end)
+                result = self._attempts(work, started, end)
         except ProviderError as exc:
             neutral = isinstance(exc, InputRejected) or (isinstance(exc, _OutOfTime) and exc.attempts == 0)
             if gate is not None and neutral:
@@ -284,9 +291,9 @@ class EmbeddingProvider(ABC):
             raise
         if gate is not None:
             gate.succeeded(probe)
-        return vectors
+        return result
 
-    def _attempts(self, batch: list[str], started: float, end: float) -> np.ndarray:
+    def _attempts(self, work: Callable[[], _T], started: float, end: float) -> _T:
         attempts = 0
         last: TransientProviderError | None = None
         while True:
@@ -294,7 +301,7 @@ class EmbeddingProvider(ABC):
                 raise _OutOfTime(self.id, attempts, time.monotonic() - started, last)
             attempts += 1
             try:
-                return self._validate(batch, self.embed_batch(batch))
+                return work()
             except TransientProviderError as exc:
                 last = exc
                 wait = self.retry.delay(attempts, exc.retry_after)
