@@ -303,7 +303,7 @@ def test_unknown_memory_search_key_suggests_the_right_one(tmp_path: Path, env: d
 def test_unknown_memory_search_key_without_close_match(tmp_path: Path, env: dict[str, str]) -> None:
     message = str(error(tmp_path, env, ms({"chunking": {"zzzz": 1}})))
     assert "did you mean" not in message
-    assert "Fix: remove it. Valid keys here: tokens, overlap, windowTokens." in message
+    assert "Fix: remove it. Valid keys here: tokens, overlap, windowTokens, windowVectors." in message
 
 
 @pytest.mark.parametrize(

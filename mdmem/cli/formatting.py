@@ -211,6 +211,11 @@ _STATUS_LINES: list[tuple[tuple[str, ...], str, Callable[[dict[str, Any]], list[
     (("storeState",), "store state", _optional("storeState", _store_state_lines)),
     (("provider", "requestedProvider", "model", "dims", "mode"), "provider", _provider_line),
     (("files", "chunks", "vectors", "cacheEntries"), "indexed", _indexed_line),
+    (
+        ("windowVectors",),
+        "window vectors",
+        _optional("windowVectors", lambda w: [f"{w['inEffect']} (configured {w['configured']}): {w['why']}"]),
+    ),
     (("brokenLinks",), "links", _optional("brokenLinks", lambda b: _broken_link_lines(b) if b["count"] else [])),
     (
         ("pendingEmbeddings",),

@@ -19,6 +19,7 @@ CONFIG_CACHE = "cache/config"  # under home: JSON5 files parsed once (mdmem.conf
 ProviderName = Literal["auto", "local", "openai", "none", "hash"]
 FallbackName = Literal["openai", "local", "none"]
 FusionName = Literal["weighted", "rrf"]
+WindowVectorsName = Literal["separate", "late"]
 KeywordScoreName = Literal["relative", "coverage", "blend"]
 CitationsMode = Literal["auto", "on", "off"]
 
@@ -48,6 +49,9 @@ class ChunkingConfig:
     tokens: int = 400
     overlap: int = 80
     window_tokens: int = 64  # also embed windows of about this many tokens per chunk (0: one vector per chunk)
+    # "separate": each window embedded as its own input; "late": the chunk decoded once, each window's vector
+    # pooled from its tokens (mdmem.index.late); chunks over the model's context fall back to "separate"
+    window_vectors: WindowVectorsName = "separate"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mdmem.index.late import late_setup
 from mdmem.pack.arguments import check_pack_arguments
 from mdmem.pack.build import LinesOf, Window, build_pack, min_budget
 from mdmem.pack.currency import asks_history, prefer_current
@@ -98,7 +99,8 @@ def run_pack(
     count: TokenCounter = counter(provider) if provider is not None else estimate_tokens
     windows: dict[int, list[Window]] = {}
     if vector is not None and settings.chunking.window_tokens:
-        windows = window_similarities(store(), hits, vector, settings.chunking.window_tokens, count)
+        late = late_setup(provider, settings.chunking) if provider is not None else (0, 0)
+        windows = window_similarities(store(), hits, vector, settings.chunking.window_tokens, count, late)
     pack = build_pack(
         hits,
         query=query,

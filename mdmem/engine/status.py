@@ -20,6 +20,7 @@ from mdmem.engine.keeper import IndexKeeper
 from mdmem.engine.watchstate import read_watch_state
 from mdmem.files import roots
 from mdmem.index.indexer import Indexer, is_utf8, printable
+from mdmem.index.late import late_in_effect, late_setup
 from mdmem.providers.base import EmbeddingProvider
 from mdmem.providers.factory import ProviderChoice
 from mdmem.search.linkview import broken_links
@@ -118,6 +119,12 @@ def build_status(keeper: IndexKeeper, catch: CatchUp, config: Config | None, dis
             out["entries"] = log.stats()
     if choice.fallback:
         out["fallback"] = choice.fallback
+    chunking = keeper.settings.chunking
+    if provider is not None and provider.token_embeddings is None and chunking.window_vectors == "late":
+        late_setup(provider, chunking)  # a remote server is asked once whether it gives token embeddings
+    late = late_in_effect(chunking, provider)
+    if late is not None:
+        out["windowVectors"] = late
     if provider is not None:
         out["breaker"] = (provider.breaker or keeper.providers.breaker_for(provider)).status()
         if out["breaker"]["state"] == "open":

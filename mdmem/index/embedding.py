@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mdmem.config.load import MemorySearchConfig
 from mdmem.index.chunker import Chunk
+from mdmem.index.late import LatePlan, late_plan, late_setup, pool_windows
 from mdmem.providers.base import EmbeddingProvider
 from mdmem.store import ChunkRow, ChunkVectors
 from mdmem.store.api import IndexStore
@@ -58,6 +59,18 @@ def embedding_inputs(chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCo
     """
     windows = embedding_windows(chunk, window_tokens, count)
     return [text for text, _, _ in windows] if windows else [embedding_input(chunk)]
+
+
+def window_inputs(
+    chunk: Chunk | ChunkRow, window_tokens: int, count: TokenCounter | None, late: tuple[int, int] = (0, 0)
+) -> tuple[list[tuple[str, str, int, int]], LatePlan | None]:
+    """A chunk's windows as (input hash, text, first line, last line), and its late-chunking plan when
+    ``late`` (``late_setup``: the model's context and document prefix tokens) admits it. Empty without windows."""
+    windows = embedding_windows(chunk, window_tokens, count)
+    plan = late_plan(chunk, windows, count or estimate_tokens, *late) if windows and late[0] else None
+    if plan is not None:
+        return [(k, w.text, w.first, w.last) for k, w in zip(plan.keys, plan.windows, strict=True)], plan
+    return [(sha256(text), text, first, last) for text, first, last in windows], None
 
 
 def embedding_windows(
@@ -135,20 +148,36 @@ class ChunkEmbedder:
         # chunks this process marked pending, by id: their inputs and the vectors known for some of them
         self._memo: dict[int, tuple[Inputs, dict[str, np.ndarray]]] = {}
         self._last: list[tuple[Inputs, dict[str, np.ndarray]] | None] = []
+        self._late: dict[str, LatePlan] = {}  # late-chunked windows' input hashes -> their chunk's plan
+        self._setup: tuple[int, int] | None = None
 
     def inputs(self, chunk: Chunk | ChunkRow) -> Inputs:
         window = self.settings.chunking.window_tokens
-        count = None
-        if window:  # the lines' costs counted at once (one request for a provider that tokenizes remotely)
-            provider = self.provider
-            lines = list(dict.fromkeys(line for line in chunk.text.split("\n") if line.strip()))
-            costs = dict(zip(lines, provider.count_tokens_batch(lines), strict=True))
+        if not window:
+            return [(sha256(t), t) for t in embedding_inputs(chunk, window)]
+        provider = self.provider
+        if self._setup is None:
+            self._setup = late_setup(provider, self.settings.chunking)
+        # the lines' costs counted at once (one request for a provider that tokenizes remotely), and for late
+        # chunking the pieces its sequence is built from (``late_plan``: each line with its newline)
+        split = chunk.text.split("\n")
+        texts = [line for line in split if line.strip()]
+        if self._setup[0]:
+            texts += ["", f"{chunk.heading}\n", *(line + "\n" for line in split[:-1]), split[-1]]
+        texts = list(dict.fromkeys(texts))
+        costs = dict(zip(texts, provider.count_tokens_batch(texts), strict=True))
 
-            def count(text: str) -> int:
-                known = costs.get(text)
-                return provider.count_tokens(text) if known is None else known
+        def count(text: str) -> int:
+            known = costs.get(text)
+            return provider.count_tokens(text) if known is None else known
 
-        return [(sha256(t), t) for t in embedding_inputs(chunk, window, count)]
+        windows, plan = window_inputs(chunk, window, count, self._setup)
+        if plan is not None:
+            self._late.update(dict.fromkeys(plan.keys, plan))
+        if not windows:
+            text = embedding_input(chunk)
+            return [(sha256(text), text)]
+        return [(key, text) for key, text, _, _ in windows]
 
     def known_vectors(self, rows: Sequence[ChunkRow], counts: Counts) -> list[ChunkVectors | None]:
         """Each chunk's vectors when every one of its inputs was embedded before (cache or index), else None.
@@ -183,6 +212,8 @@ class ChunkEmbedder:
     def forget(self) -> None:
         """Drop what ``remember`` kept (at the end of a sync; the chunks stay pending in the index)."""
         self._memo.clear()
+        self._late.clear()
+        self._setup = None  # the provider may be another one, or reloaded with another context, next time
 
     def embed_pending(self, counts: Counts, should_stop: Callable[[], bool] | None = None) -> str | None:
         """Embed every pending chunk, one transaction per batch. Returns the provider's error, if one stopped it.
@@ -207,8 +238,7 @@ class ChunkEmbedder:
                     )
                 job = self._start(batch, seen, counts, running)
                 if job.todo:  # the deadline of the caller's context (a search's budget) goes with the call
-                    texts = [job.texts[h] for h in job.todo]
-                    job.future = pool.submit(contextvars.copy_context().run, self.provider.embed_documents, texts)
+                    job.future = pool.submit(contextvars.copy_context().run, self._embed, job.todo, job.texts)
                 error = self._finish(running, counts)
                 if error is not None:
                     if job.future is not None:
@@ -275,12 +305,34 @@ class ChunkEmbedder:
                 self.store.cache_put(p.id, p.model, p.provider_key, new)
         import numpy as np
 
+        for h in job.todo:
+            self._late.pop(h, None)
         items = []
         for chunk, group in job.batch:
             keys = [h for h, _ in group]
             items.append((chunk, (keys, np.stack([known[h] for h in keys]))))
         self.store.add_vectors(items)
         return None
+
+    def _embed(self, todo: list[str], texts: dict[str, str]) -> np.ndarray:
+        """Vectors of the inputs ``todo``: late-chunked windows from one pass over each of their chunks,
+        the others embedded on their own."""
+        import numpy as np
+
+        plans = list({id(plan): plan for h in todo if (plan := self._late.get(h)) is not None}.values())
+        vectors: dict[str, np.ndarray] = {}
+        if plans:
+            tokens = self.provider.embed_token_documents([plan.pieces for plan in plans])
+            for plan, got in zip(plans, tokens, strict=True):
+                if got is not None:
+                    vectors.update(zip(plan.keys, pool_windows(plan, got), strict=True))
+                else:  # not reached (late_plan counts the sequence exactly); never lose the vectors though
+                    fallback = self.provider.embed_documents([w.text for w in plan.windows])
+                    vectors.update(zip(plan.keys, fallback, strict=True))
+        rest = [h for h in todo if h not in vectors]
+        if rest:
+            vectors.update(zip(rest, self.provider.embed_documents([texts[h] for h in rest]), strict=True))
+        return np.stack([vectors[h] for h in todo])
 
     def _lookup(self, hashes: list[str]) -> dict[str, np.ndarray]:
         """Vectors already embedded for these input hashes: the cache first, then the index itself."""

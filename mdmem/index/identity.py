@@ -10,6 +10,7 @@ _GROUPS = (
     ("dims",),
     ("providerKey",),
     ("chunkTokens", "chunkOverlap", "windowTokens"),
+    ("windowVectors",),
     ("schema", "chunker"),
 )
 
@@ -34,6 +35,8 @@ def _describe(keys: tuple[str, ...], identity: dict[str, Any]) -> str:
         return "keyword-only (no provider)" if provider == "none" else f"{provider} {identity.get('model')}"
     if keys == ("chunkTokens", "chunkOverlap", "windowTokens"):
         return "chunking {}/{} tokens, windows {}".format(*(identity.get(k) for k in keys))
+    if keys == ("windowVectors",):
+        return f"window vectors {identity.get('windowVectors') or 'separate'}"
     if keys == ("providerKey",):
         return f"provider settings {str(identity.get('providerKey'))[:8]}"
     return ", ".join(f"{k} {identity.get(k)}" for k in keys)

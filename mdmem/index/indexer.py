@@ -17,6 +17,7 @@ from mdmem.files.workspace import MemoryFile, Workspace
 from mdmem.index import entries as entryindex
 from mdmem.index.chunker import chunk_markdown
 from mdmem.index.embedding import ChunkEmbedder, embedding_input, embedding_inputs, sha256
+from mdmem.index.late import late_identity, late_setup, settle_late
 from mdmem.index.report import SyncReport
 from mdmem.providers.base import EmbeddingProvider
 from mdmem.store import ChunkRow, FileRow
@@ -81,13 +82,21 @@ class Indexer:
             "chunkTokens": self.settings.chunking.tokens,
             "chunkOverlap": self.settings.chunking.overlap,
             "windowTokens": self.settings.chunking.window_tokens,
+            **late_identity(self.settings.chunking, p),
         }
+
+    def known_identity(self) -> dict[str, Any]:
+        """``identity`` to store: a provider that could not tell yet whether it late-chunks (a remote server) is
+        asked now; if it still cannot tell, the index keeps the value it has (a rebuild needs a real change)."""
+        if self.provider is not None and self.provider.token_embeddings is None:
+            late_setup(self.provider, self.settings.chunking)  # asks the server, once (never raises)
+        return settle_late(self.identity(), self.store.get_meta("identity"))
 
     def identity_matches(self) -> bool:
         stored = self.store.get_meta("identity")
         if stored is None:
             return False
-        current = self.identity()
+        current = settle_late(self.identity(), stored)
         if current["dims"] is None:  # a remote model's dimension is learnt from its first answer
             stored = {**stored, "dims": None}
         elif stored.get("dims") is None and self.store.vec_dims() is None:  # nothing embedded yet: not known
@@ -278,7 +287,7 @@ class Indexer:
             entryindex.index_entries(self, entries, report, files_here=True)
         if self.settings.cache.enabled:
             self.store.cache_prune(self.settings.cache.max_entries)
-        identity = self.identity()
+        identity = self.known_identity()
         if identity["dims"] is None and self.store.vec_dims() is not None:
             identity["dims"] = self.store.vec_dims()
         self.store.set_meta("identity", identity)

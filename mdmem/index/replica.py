@@ -33,7 +33,7 @@ def sync_entries(indexer: Indexer, wait: float, embed: bool = True) -> SyncRepor
         if entries:
             index_entries(indexer, entries, report, files_here=False)
         if stored is None and report.indexed:
-            store.set_meta("identity", indexer.identity())
+            store.set_meta("identity", indexer.known_identity())
     indexer.embed_pending(report, embed)
     report.pending = store.pending_count()
     report.seconds = round(time.monotonic() - started, 3)

@@ -29,9 +29,15 @@ if TYPE_CHECKING:
 
 
 def window_similarities(
-    store: IndexStore, hits: Sequence[Hit], vector: np.ndarray, window_tokens: int, count: TokenCounter
+    store: IndexStore,
+    hits: Sequence[Hit],
+    vector: np.ndarray,
+    window_tokens: int,
+    count: TokenCounter,
+    late: tuple[int, int] = (0, 0),
 ) -> dict[int, list[Window]]:
-    """Each candidate chunk's windows (file line spans) with the similarity of their stored vectors."""
+    """Each candidate chunk's windows (file line spans) with the similarity of their stored vectors;
+    ``late`` is the index's late-chunking setup (``index.late.late_setup``)."""
     ids = [h.chunk.id for h in hits if h.chunk.id is not None]
     sims = store.vector_similarities(ids, vector)
     out: dict[int, list[Window]] = {}
@@ -41,7 +47,9 @@ def window_similarities(
             continue
         found = sims[cid]
         out[cid] = [
-            Window(first, last, found[d]) for d, first, last in _spans(h.chunk, window_tokens, count) if d in found
+            Window(first, last, found[d])
+            for d, first, last in _spans(h.chunk, window_tokens, count, late)
+            if d in found
         ]
     return out
 
@@ -55,18 +63,20 @@ _SPANS_MAX = 8192
 _SPANS_LOCK = threading.Lock()
 
 
-def _spans(chunk: ChunkRow, window_tokens: int, count: TokenCounter) -> list[tuple[str, int, int]]:
+def _spans(
+    chunk: ChunkRow, window_tokens: int, count: TokenCounter, late: tuple[int, int]
+) -> list[tuple[str, int, int]]:
     """A chunk's windows as (input hash, first line, last line): rebuilding them tokenizes every line, so
     they are kept per (chunk, window size, tokenizer) for the next packs (least recently used dropped)."""
-    key = (chunk.hash, chunk.heading, chunk.start_line, window_tokens, count)
+    key = (chunk.hash, chunk.heading, chunk.start_line, window_tokens, count, late)
     with _SPANS_LOCK:
         hit = _SPANS.get(key)
         if hit is not None:
             _SPANS.move_to_end(key)
             return hit
-    from mdmem.index.embedding import embedding_windows, sha256  # the vector path only: it imports the chunker
+    from mdmem.index.embedding import window_inputs  # the vector path only: it imports the chunker
 
-    spans = [(sha256(text), first, last) for text, first, last in embedding_windows(chunk, window_tokens, count)]
+    spans = [(key, first, last) for key, _, first, last in window_inputs(chunk, window_tokens, count, late)[0]]
     with _SPANS_LOCK:
         _SPANS[key] = spans
         while len(_SPANS) > _SPANS_MAX:

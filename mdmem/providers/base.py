@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mdmem.providers import deadline
 from mdmem.providers.breaker import CircuitBreaker
@@ -35,9 +35,12 @@ if TYPE_CHECKING:
 
     import numpy as np  # imported by the methods that make vectors: a keyword-only process never needs it
 
+    from mdmem.providers.token_vectors import TokenVectors
+
 MIN_ATTEMPT_SECONDS = 0.05
 """No attempt is started with less time than this left before the deadline."""
 _WORKERS_LOCK = threading.Lock()
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ class EmbeddingProvider(ABC):
     - ``max_batch_size``: most inputs per ``embed_batch`` call.
     - ``max_batch_tokens``: most total tokens per ``embed_batch`` call (``None``: no limit).
     - ``enforces_deadline``: True when ``embed_batch`` itself stops by ``deadline.time_left()`` (remote).
+    - ``token_embeddings``: True when it gives per-token embeddings for late chunking (local); None while
+      not known (a remote server is asked by ``token_context``).
     """
 
     id: str = "base"
@@ -88,6 +93,7 @@ class EmbeddingProvider(ABC):
     retry: RetryPolicy = RetryPolicy()
     sleep: Callable[[float], None] = staticmethod(time.sleep)
     enforces_deadline: bool = False
+    token_embeddings: bool | None = False  # gives per-token embeddings (``token_context``, ``embed_token_batch``)
     breaker: CircuitBreaker | None = None
     _overrun: Future[np.ndarray] | None = None  # a query whose caller stopped waiting for it
 
@@ -142,6 +148,36 @@ class EmbeddingProvider(ABC):
 
     def limit_threads(self, threads: int) -> None:  # noqa: B027 - an optional hook, not abstract
         """From now on compute on at most ``threads`` threads (a process whose other cores answer queries)."""
+
+    def token_context(self) -> int:
+        """Longest token sequence (special tokens and document prefix included) ``embed_token_documents``
+        takes: the model's context. 0 when the provider gives no per-token embeddings (the default)."""
+        return 0
+
+    def embed_token_batch(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        """Per-token vectors of each document (a list of pieces, already sanitised); None for one longer
+        than ``token_context``. Only called when ``token_context`` is not 0."""
+        raise ProviderError(f"{self.id} gives no per-token embeddings")
+
+    def embed_token_documents(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        """Per-token vectors of documents given in pieces (late chunking), the document prefix decoded
+        before the first piece but not counted in ``starts``; None for a document over ``token_context``."""
+        import numpy as np
+
+        from mdmem.providers.token_vectors import TokenVectors
+
+        prefix = self.prepare_document("")
+        out: list[TokenVectors | None] = []
+        prepared = [[prefix, *(sanitize_text(p) for p in pieces)] for pieces in docs]
+        for got in self._guarded(lambda: self.embed_token_batch(prepared)):
+            if got is not None:
+                if got.vectors.ndim != 2 or (self.dims is not None and got.vectors.shape[1] != self.dims):
+                    raise ProviderError(f"{self.id} returned token vectors of shape {got.vectors.shape}")
+                if not np.all(np.isfinite(got.vectors)):
+                    raise ProviderError(f"{self.id} returned token vectors with NaN or infinite values")
+                got = TokenVectors(got.vectors, got.starts[1:])
+            out.append(got)
+        return out
 
     # -- the shared pipeline ------------------------------------------------------------------------
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -229,6 +265,10 @@ class EmbeddingProvider(ABC):
 
     def _call_with_retry(self, batch: list[str]) -> np.ndarray:
         """One batch with retries, bounded by ``max_total_seconds`` and the deadline in force; breaker-guarded."""
+        return self._guarded(lambda: self._validate(batch, self.embed_batch(batch)))
+
+    def _guarded(self, work: Callable[[], _T]) -> _T:
+        """``work`` (one request's worth) under the retry policy, the deadline in force and the breaker."""
         started = time.monotonic()
         end = started + self.retry.max_total_seconds
         outer = deadline.current()
@@ -237,7 +277,7 @@ class EmbeddingProvider(ABC):
         probe = gate.admit(lease=end - started) if gate is not None else False  # ProviderPaused when open
         try:
             with deadline.until(end):
-                vectors = self._attempts(batch, started, end)
+                result = self._attempts(work, started, end)
         except ProviderError as exc:
             neutral = isinstance(exc, InputRejected) or (isinstance(exc, _OutOfTime) and exc.attempts == 0)
             if gate is not None and neutral:
@@ -251,9 +291,9 @@ class EmbeddingProvider(ABC):
             raise
         if gate is not None:
             gate.succeeded(probe)
-        return vectors
+        return result
 
-    def _attempts(self, batch: list[str], started: float, end: float) -> np.ndarray:
+    def _attempts(self, work: Callable[[], _T], started: float, end: float) -> _T:
         attempts = 0
         last: TransientProviderError | None = None
         while True:
@@ -261,7 +301,7 @@ class EmbeddingProvider(ABC):
                 raise _OutOfTime(self.id, attempts, time.monotonic() - started, last)
             attempts += 1
             try:
-                return self._validate(batch, self.embed_batch(batch))
+                return work()
             except TransientProviderError as exc:
                 last = exc
                 wait = self.retry.delay(attempts, exc.retry_after)

@@ -34,6 +34,7 @@ from mdmem.providers.model_files import (  # noqa: F401 - re-exported: the model
     resolve_model_path,
 )
 from mdmem.providers.runner import Runner
+from mdmem.providers.token_vectors import LlamaTokenModel, TokenVectors
 from mdmem.util.errors import ProviderError
 from mdmem.util.tokens import truncate_to_tokens
 
@@ -138,6 +139,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         if binding is not None and binding not in BINDINGS:
             raise ProviderError(f"unknown llama.cpp binding {binding!r}: use {' or '.join(BINDINGS)}")
         self.binding = binding or choose_binding()
+        # per-token embeddings (late chunking) through llama-cpp-python; xllamacpp's windows stay separate
+        self.token_embeddings = self.binding == LLAMA_CPP_PYTHON
         self.model_path = str(model_path)
         self.cache_dir = Path(cache_dir)
         self.threads = threads or os.cpu_count() or 1
@@ -160,6 +163,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         self.dims = None
         self.max_input_tokens = context_size or 512  # replaced by the real limit in load()
         self._llm: Any = None
+        self._tokens: LlamaTokenModel | None = None  # pooling "none" context, opened on first late-chunked input
+        self._opened: tuple[Any, str] | None = None  # (llama_cpp module, model file) once loaded (llama-cpp-python)
         self.cpu_backend: str | None = None  # the llama.cpp CPU backend variant loaded (after load()); "xllamacpp"
         self._lock = threading.RLock()  # loading, embedding and closing
         self._vocab_lock = threading.Lock()  # tokenizing (read-only in llama.cpp: it need not wait for an embedding)
@@ -197,6 +202,7 @@ class LocalEmbeddingProvider(EmbeddingProvider):
                     "this llama-cpp-python supports; download or convert it again"
                 ) from exc
             self._llm = llm
+            self._opened = (llama_cpp, str(path))
             self.dims = int(llm.n_embd())
             self.max_input_tokens = n
 
@@ -211,8 +217,10 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         with self._lock:
             with self._vocab_lock:
                 llm, self._llm = self._llm, None
-            if llm is not None:
-                llm.close()
+            tokens, self._tokens = self._tokens, None
+            for model in (llm, tokens):
+                if model is not None:
+                    model.close()
         self._runner.close()
 
     def warm_up(self) -> None:
@@ -234,6 +242,8 @@ class LocalEmbeddingProvider(EmbeddingProvider):
         ctx: Any = getattr(self._llm, "_ctx", None)  # llama-cpp-python's context wrapper (0.3.x)
         if hasattr(ctx, "set_n_threads"):
             ctx.set_n_threads(self.threads, self.threads)
+        if self._tokens is not None:
+            self._tokens.set_threads(self.threads)
 
     # -- hooks --------------------------------------------------------------------------------------
     def identity(self) -> dict[str, object]:
@@ -288,6 +298,28 @@ class LocalEmbeddingProvider(EmbeddingProvider):
     def embed_batch(self, texts: Sequence[str]) -> np.ndarray:
         self.load()
         return self._runner.call(lambda: self._embed_here(texts))  # the lock is only ever taken there
+
+    def token_context(self) -> int:
+        self.load()
+        return self.max_input_tokens
+
+    def embed_token_batch(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        self.load()
+        return self._runner.call(lambda: self._tokens_here(docs))
+
+    def _tokens_here(self, docs: Sequence[Sequence[str]]) -> list[TokenVectors | None]:
+        with self._lock:
+            if self._tokens is None:
+                assert self._opened is not None
+                llama_cpp, path = self._opened
+                try:
+                    self._tokens = LlamaTokenModel(llama_cpp, path, self.max_input_tokens, self.threads)
+                except (ValueError, RuntimeError, OSError) as exc:
+                    raise ProviderError(f"llama.cpp cannot give token embeddings of {self.file_name}: {exc}") from exc
+            try:
+                return [self._tokens.embed(pieces) for pieces in docs]
+            except (RuntimeError, ValueError) as exc:
+                raise ProviderError(f"llama.cpp failed to embed with {self.file_name}: {exc}") from exc
 
     def _embed_here(self, texts: Sequence[str]) -> np.ndarray:
         assert self.dims is not None

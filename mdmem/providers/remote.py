@@ -33,6 +33,7 @@ from typing import Any
 
 from mdmem.providers import deadline
 from mdmem.providers.base import EmbeddingProvider, RetryPolicy
+from mdmem.providers.llama_server import LlamaServer, PoolingChanged, native_error, server_root
 from mdmem.providers.transport import (
     ErrorResponse,
     LoopThread,
@@ -153,6 +154,9 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         self._tokenizer: Any = None  # None: not tried yet; False: unavailable
         self._lock = threading.Lock()
         self._io = LoopThread("mdmemory-openai-io")
+        self._llama: LlamaServer | None = None  # a llama.cpp server's own routes (late chunking)
+        self._pool_tokens = False  # the server runs with --pooling none: vectors pooled here (mean)
+        self.token_embeddings: bool | None = None  # asked of the server by token_context()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
@@ -171,7 +175,11 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         return ident
 
     def count_tokens(self, text: str) -> int:
-        """Exact count with tiktoken for OpenAI models when installed, else a deliberately high estimate."""
+        """Exact count with tiktoken for OpenAI models when installed, or from a llama.cpp server that gives
+        token embeddings (late chunking spans and fits them exactly), else a deliberately high estimate."""
+        return self.count_tokens_batch([text])[0] if self.token_embeddings else self._estimate(text)
+
+    def _estimate(self, text: str) -> int:
         tokenizer = self._get_tokenizer()
         if tokenizer:
             return len(tokenizer.encode(text, disallowed_special=()))
@@ -216,7 +224,14 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         """Close the HTTP client and stop its loop thread. Safe to call twice; the next call builds a new one."""
         with self._lock:
             client, self._client = self._client, None
-        self._io.close(last=client.close if client is not None else None)
+            llama, self._llama = self._llama, None
+
+        async def last() -> None:
+            for close in (client.close if client is not None else None, llama.aclose if llama else None):
+                if close is not None:
+                    await close()
+
+        self._io.close(last=last)
 
     def response_cap(self, inputs: int) -> int:
         """Most bytes accepted in an answer for ``inputs`` texts: ample for floats as JSON, never unbounded."""
@@ -225,6 +240,8 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
     # -- the one provider method --------------------------------------------------------------------
     def embed_batch(self, texts: Sequence[str]) -> list[list[float]]:
         """One ``POST /embeddings`` for ``texts``; vectors returned in input order (sorted by ``index``)."""
+        if self._pool_tokens:
+            return self._pooled(texts)
         client = self._get_client()
         openai = self._openai
         params: dict[str, Any] = {"model": self.model, "input": list(texts), "encoding_format": "float"}
@@ -232,6 +249,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
             params["dimensions"] = self.dimensions
         left = deadline.time_left()
         limit = self.timeout if left is None else max(0.0, min(self.timeout, left))
+        pooled = False
         try:
             kind, body = self._io.run(self._post(client, params, self.response_cap(len(texts))), limit)
         except TimeoutError:
@@ -240,7 +258,9 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 f"request to {self.base_url} timed out after {limit:.3g}s{why}"
             )
         except ErrorResponse as exc:
-            error = self._map_status(exc.status, exc.headers, self._server_message(exc.body))
+            message = self._server_message(exc.body)
+            pooled = exc.status == 400 and "pooling type 'none'" in message.lower()  # llama.cpp, --pooling none
+            error = self._map_status(exc.status, exc.headers, message)
         except ResponseTooLarge as exc:
             error = ProviderError(
                 f"{self.base_url} sent too large an embeddings response: {exc}; check remote.baseUrl points at an "
@@ -250,6 +270,10 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
             error = self._map_api_error(exc)
         else:
             return self._vectors(self._parse(kind, body), len(texts))
+        if pooled:
+            log.info("%s runs with --pooling none: its token vectors are mean-pooled here", self.base_url)
+            self._pool_tokens = True
+            return self._pooled(texts)
         # Raised here, outside the except block, so the SDK exception is not chained (see module doc).
         log.debug("openai embeddings request failed: %s", error)
         raise error
@@ -257,6 +281,62 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
     async def _post(self, client: Any, params: dict[str, Any], cap: int) -> tuple[str, bytes]:
         async with client.embeddings.with_streaming_response.create(**params) as response:
             return response.headers.get("content-type", ""), await read_capped(response, cap)
+
+    # -- a llama.cpp server's token embeddings (late chunking) ----------------------------------------
+    def _server(self) -> LlamaServer:
+        with self._lock:
+            if self._llama is None:
+                self._llama = LlamaServer(server_root(self._raw_base_url), self._native_client, self._io, self.timeout)
+            return self._llama
+
+    def _native_client(self) -> Any:  # the SDK's HTTP client, with our headers and error hook
+        self._get_client()
+        headers = {"Authorization": f"Bearer {self._api_key.value}", **self._headers.value}
+        return self._openai.DefaultAsyncHttpxClient(
+            headers=headers, timeout=self.timeout, event_hooks={"response": [error_guard]}
+        )
+
+    def token_context(self) -> int:
+        """The server's context when it gives token embeddings (``LlamaServer.detect``), else 0: separate."""
+        server = self._server()
+        self.token_embeddings = server.detect(self.max_input_tokens, lambda exc: str(self._native_error(exc)))
+        return server.context if self.token_embeddings else 0
+
+    def count_tokens_batch(self, texts: Sequence[str]) -> list[int]:
+        if self.token_embeddings and self._llama is not None:
+            try:
+                return self._llama.counts(texts)
+            except Exception as exc:  # noqa: BLE001 - counting must not stop keyword indexing: estimate
+                log.debug("token counts from %s failed: %s", self.base_url, self._native_error(exc))
+        return [self._estimate(t) for t in texts]
+
+    def token_note(self) -> str:
+        """Whether windows are late-chunked with this server, and why (for status)."""
+        return self._llama.note if self._llama is not None else "not asked yet"
+
+    def embed_token_batch(self, docs: Sequence[Sequence[str]]) -> list[Any]:
+        server = self._server()
+        try:
+            return [server.token_vectors(pieces) for pieces in docs]
+        except PoolingChanged:
+            self.token_embeddings = False
+            raise
+        except Exception as exc:  # noqa: BLE001 - mapped as embeddings failures are (transient or not)
+            error = self._native_error(exc)
+        raise error
+
+    def _pooled(self, texts: Sequence[str]) -> list[Any]:
+        """Vectors from a server with ``--pooling none``: each text's token vectors' mean (as mean pooling)."""
+        try:
+            return [m.mean(axis=0) for m in self._server().embed_texts(texts)]
+        except Exception as exc:  # noqa: BLE001 - mapped as embeddings failures are
+            error = self._native_error(exc)
+        raise error
+
+    def _native_error(self, exc: BaseException) -> ProviderError:
+        """A failure of the server's own routes as the provider's error (secrets scrubbed)."""
+        message = self._server_message(exc.body) if isinstance(exc, ErrorResponse) else ""
+        return native_error(exc, self.base_url, lambda e: self._map_status(e.status, e.headers, message), self._redact)
 
     # -- response and error mapping -----------------------------------------------------------------
     def _parse(self, content_type: str, body: bytes) -> Any:

@@ -111,13 +111,15 @@ def _serve(loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def read_capped(response: Any, cap: int) -> bytes:
-    """The body of an SDK streaming ``response``, refused with ``ResponseTooLarge`` once past ``cap`` bytes."""
+    """The body of a streaming ``response`` (the SDK's or httpx's), refused with ``ResponseTooLarge`` once past
+    ``cap`` bytes."""
     declared = _content_length(response.headers)
     if declared is not None and declared > cap:
         raise ResponseTooLarge(declared, cap, declared=True)
     chunks: list[bytes] = []
     total = 0
-    async for chunk in response.iter_bytes():
+    stream = response.aiter_bytes() if hasattr(response, "aiter_bytes") else response.iter_bytes()  # httpx; SDK
+    async for chunk in stream:
         total += len(chunk)
         if total > cap:
             raise ResponseTooLarge(total, cap, declared=False)
