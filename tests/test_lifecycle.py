@@ -323,3 +323,28 @@ def test_a_link_into_the_archive_brings_it_only_on_request(make_memory: Callable
     assert both == ["memory/people/bob.md", "memory/archive/2025/2025-02-01.md"]
     packed = [i["path"] for i in mem.pack("glassblower", budget_tokens=300, neighbors=1)["items"]]
     assert packed == ["memory/people/bob.md"]
+
+
+def test_a_token_in_a_file_name_never_shows_in_plans_receipts_usage_or_status(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
+    token = "gh" + "p_" + "Zq8Wm3Kx7Lp2Vn9Rt4Bc6Yd1Hf5Js0Ga2" + "E"
+    name = f"memory/notes/deploy-{token}.md"
+    write(workspace / name, "# Deploy\n\n- walrus deploys on Fridays\n")
+    os.utime(workspace / name, (time.time() - 400 * 86400,) * 2)  # old enough for the tier below
+    tiers = [{"name": "notes", "paths": ["memory/notes/*"], "olderThanDays": 90, "unusedDays": 0}]
+    mem = make_memory({"lifecycle": {"tiers": tiers}}, provider="none")
+    mem.sync()
+    mem.search("walrus Fridays")  # a use, so the file is in the usage report
+    outputs = {
+        "plan": mem.lifecycle("plan"),
+        "usage": mem.usage(limit=5),
+        "apply": mem.lifecycle("apply"),
+        "status": mem.status(),
+    }
+    for label, value in outputs.items():
+        text = json.dumps(value)
+        assert token not in text and token[4:16] not in text, label
+    assert "[REDACTED:github_token]" in json.dumps(outputs["apply"]["moved"])
+    assert (workspace / "memory/archive").is_dir() and not (workspace / name).exists()  # the file itself moved
+    assert token in next((workspace / "memory/archive").rglob("*.md")).name  # with its real name

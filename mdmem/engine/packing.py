@@ -23,6 +23,7 @@ from mdmem.pack.items import kind_of
 from mdmem.search.neighbors import with_neighbours, with_predecessors, with_replacements
 from mdmem.search.supersession import span_labels
 from mdmem.util.errors import InvalidArgumentError
+from mdmem.util.redaction import redact_path
 from mdmem.util.tokens import TokenCounter, estimate_tokens
 
 if TYPE_CHECKING:
@@ -157,7 +158,8 @@ def _item_chunks(items: Sequence[Any], hits: Sequence[Hit]) -> list[Any]:
 
 
 def _chunk_ref(chunk: Any) -> dict[str, str]:
-    return {"ref": f"{chunk.path}#L{chunk.start_line}-L{chunk.end_line}", "kind": "pack"}
+    """A refreshed record as the trace shows it: its path redacted as every path a pack shows."""
+    return {"ref": redact_path(f"{chunk.path}#L{chunk.start_line}-L{chunk.end_line}"), "kind": "pack"}
 
 
 def _mark_via(

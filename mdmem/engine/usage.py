@@ -190,7 +190,11 @@ class FileUse:
     last_used_at: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "uses": self.uses, "byKind": self.by_kind, "lastUsedAt": self.last_used_at}
+        """As ``usage`` and status show it: a token in a file name becomes its marker (mdmem.util.redaction)."""
+        from mdmem.util.redaction import redact_path  # here: ``mdmem get`` loads this module, not the rules
+
+        path = redact_path(self.path)
+        return {"path": path, "uses": self.uses, "byKind": self.by_kind, "lastUsedAt": self.last_used_at}
 
 
 def file_uses(paths: Iterable[str], rows: Iterable[UsageRow]) -> dict[str, FileUse]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from mdmem.files.workspace import MEMORY_DIR, ROOT_FILES
 from mdmem.util.errors import WorkspaceError
 from mdmem.util.filewrite import Folder
+from mdmem.util.redaction import redact_path
 
 if TYPE_CHECKING:
     from mdmem.config.settings import TierConfig
@@ -114,7 +115,8 @@ class Move:
     digest: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "to": self.to, "tier": self.tier, "reason": self.reason}
+        """As outputs show it: a token in a file name becomes its marker (mdmem.util.redaction)."""
+        return {"path": redact_path(self.path), "to": redact_path(self.to), "tier": self.tier, "reason": self.reason}
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,7 @@ class Held:
     reason: str  # "root", "outside", "pinned", "young", "used", "keep", "no-tier", "target-exists"
 
     def to_dict(self) -> dict[str, object]:
-        return {"path": self.path, "tier": self.tier, "reason": self.reason}
+        return {"path": redact_path(self.path), "tier": self.tier, "reason": self.reason}
 
 
 def plan_moves(
