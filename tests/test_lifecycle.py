@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -323,3 +323,28 @@ def test_a_link_into_the_archive_brings_it_only_on_request(make_memory: Callable
     assert both == ["memory/people/bob.md", "memory/archive/2025/2025-02-01.md"]
     packed = [i["path"] for i in mem.pack("glassblower", budget_tokens=300, neighbors=1)["items"]]
     assert packed == ["memory/people/bob.md"]
+
+
+@both_backends
+def test_a_memory_clock_stamps_uses_and_is_the_lifecycle_now(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
+    """``Memory(clock=...)``: uses carry the clock's time and the plan counts ages and unused days from it (a
+    simulation's years, benchmarks/ten_year.py); the real date (years before these logs) plays no part."""
+    logs = {"memory/2031-01-10.md": "kayak trip", "memory/2031-01-12.md": "kayak repair", "memory/2031-05-20.md": "x"}
+    for rel, text in logs.items():
+        write(workspace / rel, f"# {rel}\n\n- {text}\n")
+    now = [datetime(2031, 2, 1, 12).timestamp()]
+    mem = make_memory(provider="none", clock=lambda: now[0])
+    mem.sync()
+    assert {r["path"] for r in mem.search("kayak trip")["results"]} == {"memory/2031-01-10.md"}
+    now[0] = datetime(2031, 4, 20, 12).timestamp()
+    assert mem.get("memory/2031-01-12.md")["text"]
+    mem.usage()  # written now
+    last = {r.path: r.last_used_at for r in mem.store.usage_rows()}
+    assert last == {"memory/2031-01-10.md": datetime(2031, 2, 1, 12).timestamp(), "memory/2031-01-12.md": now[0]}
+    now[0] = datetime(2031, 6, 1, 12).timestamp()  # 130 and 140 days old; unused 120 and 42 days
+    plan = mem.lifecycle("plan")
+    assert [(m["path"], m["reason"]) for m in plan["moves"]] == [("memory/2031-01-10.md", "age-unused")]
+    held = {h["path"]: h["reason"] for h in plan["held"]}
+    assert held == {"memory/2031-01-12.md": "used", "memory/2031-05-20.md": "young"}
