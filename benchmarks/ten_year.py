@@ -1,0 +1,425 @@
+"""Ten years of memory, simulated: does the use-based lifecycle keep what is asked about while the index,
+search time and packs shed what nobody uses? Before and after ``Memory.lifecycle("apply")``, and after every
+archived file is revived.
+
+The world (benchmarks/ten_year_world.py, seeded): ``--days`` (default 3,650) daily logs ending on a fixed
+simulated today, MEMORY.md, notes, pinned logs; one-off chatter (several generators, LoCoMo turns when
+../shared holds them) and 19 topics whose facts appear in some logs and keep being asked about (15 recurring
+to today; 4 dormant: asked about for a while, then never again).
+
+The usage stream: the workspace grows a week at a time (the week's files written, ``Memory.sync``), then the
+week's questions go through ``Memory.pack`` (a recall), ``Memory.search`` or a search and ``Memory.get`` of the
+top result, on a Memory whose ``clock`` is the simulated time: mdmem's own use tracking records them, at the
+simulated time (query vectors memoised: the stream is not timed). Then ``Memory.lifecycle("apply")`` with the
+default policy (daily logs 90 days old and unused for 60) moves files on disk.
+
+Measured, each on a fresh Memory with use tracking off (measuring is not a use) over two question sets about
+the same facts: ``held-out`` (wordings never asked in the stream) and ``asked`` (the stream's wording):
+
+- R@5 and MRR (benchmarks/locomo.py's metric: gold = the fact's file and line; an archived file's lines count
+  as the file's) by group: ``kept`` (facts of recurring topics in daily logs, notes, MEMORY.md, pinned logs)
+  and ``dormant`` (facts of dormant topics in daily logs); after apply also with ``include_archive``;
+- the index: chunks in the default search scope and in all (archived files stay indexed), the SQLite file's
+  bytes (with its WAL), and the bytes and chunks of an index rebuilt from the in-scope files alone;
+- search p50/p95 (ms, ``--rounds`` rounds of every question, query vectors memoised: the search, not the
+  embedding);
+- pack tokens (``--budget``, default 600): of the tokens of the packs' items, those from files holding no
+  evidence for the question (``off-evidence``), from files the stream last used more than ``unusedDays`` before
+  today or never (``cold``), and from files it never used (``never used``);
+- revive: every archived file brought back (``--revive-each`` of them by ``lifecycle("revive", path)``, the
+  rest by a read and the next apply: ``reviveOnUse``); every file's bytes and mtime against before apply, and
+  every question's result list (paths, lines, scores) against before apply.
+
+    python benchmarks/ten_year.py [--provider local|none] [--days 3650] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from locomo import score  # noqa: E402
+from pack_latency import memoise_queries, percentile  # noqa: E402
+from ten_year_world import Question, World, build, sim_time  # noqa: E402
+
+from mdmem.files.archive import is_archived, live_path  # noqa: E402
+from mdmem.memory import Memory  # noqa: E402
+from mdmem.util.tokens import estimate_tokens  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("MDMEMORY_TEST_SHARED") or REPO.parent / "shared")
+DATA = SHARED / "bench" / "locomo" / "locomo-dev.json"
+MODEL = SHARED / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
+DAY = 86_400.0
+UNUSED_DAYS = 60  # the default tier's unusedDays: "cold" below
+
+
+def config(root: Path, name: str, workspace: Path, store: Path, args: argparse.Namespace, usage: bool) -> Path:
+    ms: dict[str, Any] = {
+        "provider": args.provider,
+        "store": {"path": str(store)},
+        "sync": {"onSessionStart": False, "onSearch": False, "watch": False},
+        "usage": {"enabled": usage},
+    }
+    if args.provider == "local":
+        ms["local"] = {"modelPath": str(args.model), "threads": os.cpu_count() or 1}
+    body = {"agents": {"defaults": {"workspace": str(workspace), "userTimezone": "UTC", "memorySearch": ms}}}
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return path
+
+
+def hashes(workspace: Path) -> dict[str, tuple[str, float]]:
+    """Every file under the workspace, by its path as it would be live: (sha256, mtime)."""
+    out = {}
+    for p in sorted(workspace.rglob("*.md")):
+        rel = p.relative_to(workspace).as_posix()
+        out[live_path(rel) or rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime)
+    return out
+
+
+def run_stream(mem: Memory, world: World, workspace: Path, sim: list[float], sync_days: int) -> dict[str, Any]:
+    """Grow the workspace ``sync_days`` at a time and ask that stretch's questions at their simulated times."""
+    started, counts, syncs = time.perf_counter(), {"pack": 0, "search": 0, "get": 0}, 0
+    events, n = world.events, 0
+    day = world.first
+    while day <= world.today:
+        upto = min(day + timedelta(days=sync_days - 1), world.today)
+        world.write(workspace, upto)
+        sim[0] = sim_time(upto, 23.5)  # the files' mtimes are 20:00 of their day
+        mem.sync()
+        syncs += 1
+        end = sim_time(upto, 24)
+        while n < len(events) and events[n].at < end:
+            e = events[n]
+            sim[0] = e.at
+            if e.kind == "pack":
+                mem.pack(e.query, budget_tokens=600)
+            else:
+                results = mem.search(e.query, max_results=5)["results"]
+                if e.kind == "get" and results:
+                    mem.get(results[0]["path"])
+            counts[e.kind] += 1
+            n += 1
+        day = upto + timedelta(days=1)
+    sim[0] = sim_time(world.today, 23.9)
+    mem.usage(1)  # the last uses written
+    return {"events": counts, "syncs": syncs, "seconds": round(time.perf_counter() - started, 1)}
+
+
+def last_uses(mem: Memory) -> tuple[dict[str, float], dict[str, int]]:
+    last: dict[str, float] = {}
+    uses: dict[str, int] = {}
+    for r in mem.store.usage_rows():
+        last[r.path] = max(last.get(r.path, 0.0), r.last_used_at)
+        uses[r.path] = uses.get(r.path, 0) + r.uses
+    return last, uses
+
+
+def index_size(mem: Memory, store: Path) -> dict[str, int]:
+    """Files and chunks indexed, in the default scope and in all; the SQLite file's bytes after a WAL checkpoint
+    (``bytes``) and the bytes of its pages in use (``bytesInUse``: without the free pages moves leave)."""
+    files = mem.store.files()
+    chunks = {p: len(mem.store.chunks_of(p)) for p in files}
+    real = store.resolve()
+    with tempfile.TemporaryDirectory(prefix="mdm-ten-year-size-") as tmp:
+        # a copy: another SQLite library in this process must not open (and close) the live file, whose locks
+        # are the process's, not the connection's (POSIX)
+        snap = Path(tmp) / "snap.sqlite"
+        for suffix in ("", "-wal"):
+            if Path(f"{real}{suffix}").exists():
+                shutil.copyfile(f"{real}{suffix}", f"{snap}{suffix}")
+        with contextlib.closing(sqlite3.connect(snap)) as db:
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            page, pages, free = (
+                db.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count", "freelist_count")
+            )
+        size = snap.stat().st_size
+    return {
+        "files": len(files),
+        "filesInScope": sum(not is_archived(p) for p in files),
+        "chunks": sum(chunks.values()),
+        "chunksInScope": sum(n for p, n in chunks.items() if not is_archived(p)),
+        "bytes": size,
+        "bytesInUse": (pages - free) * page,
+    }
+
+
+def measure(
+    mem: Memory,
+    sets: dict[str, list[Question]],
+    args: argparse.Namespace,
+    cold: Callable[[str], str],
+    *,
+    include_archive: bool = False,
+    timed: bool = True,
+) -> dict[str, Any]:
+    """R@5/MRR by set and group, the result lists, search p50/p95, the pack tokens and where they come from."""
+    texts = [q.text for qs in sets.values() for q in qs]
+    memoise_queries(mem, texts)
+    mem.search(texts[0], include_archive=include_archive)  # warm: the index opened, caches filled
+    out: dict[str, Any] = {"recall": {}, "results": {}}
+    times: list[float] = []
+    for name, qs in sets.items():
+        rows: dict[str, list[dict[str, float]]] = {}
+        for q in qs:
+            found = mem.search(q.text, max_results=10, min_score=0.0, include_archive=include_archive)["results"]
+            ranges = [(live_path(r["path"]) or r["path"], r["startLine"], r["endLine"]) for r in found]
+            s = score(ranges, q.gold)
+            for group in (q.group, "kept" if q.group != "dormant" else "", "all"):
+                if group:
+                    rows.setdefault(group, []).append(s)
+            out["results"][f"{name}:{q.text}"] = [(r["path"], r["startLine"], r["endLine"], r["score"]) for r in found]
+            out.setdefault("scores", {})[f"{name}:{q.group}:{q.text}"] = s["r@5"]
+        out["recall"][name] = {
+            g: {"n": len(v), "r@5": round(statistics.fmean(x["r@5"] for x in v), 3), "mrr": round(
+                statistics.fmean(x["mrr"] for x in v), 3)}
+            for g, v in sorted(rows.items())
+        }  # fmt: skip
+    for _ in range(args.rounds if timed else 0):
+        for q in texts:
+            t0 = time.perf_counter()
+            mem.search(q, max_results=10, min_score=0.0, include_archive=include_archive)
+            times.append(1000 * (time.perf_counter() - t0))
+    if times:
+        out["searchMs"] = {"p50": round(percentile(times, 0.5), 2), "p95": round(percentile(times, 0.95), 2)}
+    tokens = {"total": 0, "offEvidence": 0, "cold": 0, "neverUsed": 0, "goldLines": 0, "goldInPack": 0}
+    for q in [q for qs in sets.values() for q in qs]:
+        items = mem.pack(q.text, budget_tokens=args.budget, include_archive=include_archive)["items"]
+        gold_files = {p for p, _ in q.gold}
+        for it in items:
+            n = estimate_tokens(it["text"])
+            path = live_path(it["path"]) or it["path"]
+            tokens["total"] += n
+            tokens["offEvidence"] += n * (path not in gold_files)
+            state = cold(path)
+            tokens["cold"] += n * (state != "warm")
+            tokens["neverUsed"] += n * (state == "never")
+        tokens["goldLines"] += len(q.gold)
+        tokens["goldInPack"] += sum(
+            any((live_path(it["path"]) or it["path"]) == p and it["startLine"] <= ln <= it["endLine"] for it in items)
+            for p, ln in q.gold
+        )
+    out["pack"] = tokens
+    return out
+
+
+def rebuilt_without_archive(root: Path, workspace: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """An index built from scratch of the files in the default scope only: what the live set costs."""
+    copy = root / "live-only"
+    shutil.copytree(workspace, copy, ignore=lambda d, names: ["archive"] if Path(d) == workspace / "memory" else [])
+    store = root / "live-only.sqlite"
+    t0 = time.perf_counter()
+    with Memory.open(config_path=config(root, "live-only", copy, store, args, usage=False)) as mem:
+        mem.sync()
+        size = index_size(mem, store)
+    return {**size, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    os.environ["MDMEMORY_HOME"] = str(root / "home")  # receipts and state inside the run's folder
+    wall = time.perf_counter()
+    world = build(args.seed, args.days, args.rate, args.oneoff_rate, args.data)
+    workspace, store = root / "ws", root / "index.sqlite"
+    sim = [sim_time(world.first, 0)]
+    sets = {"held-out": world.held_out, "asked": world.asked}
+    out: dict[str, Any] = {"days": args.days, "today": world.today.isoformat(), "provider": args.provider}
+    with Memory.open(config_path=config(root, "stream", workspace, store, args, True), clock=lambda: sim[0]) as mem:
+        memoise_queries(mem, world.stream_queries)
+        out["stream"] = run_stream(mem, world, workspace, sim, args.sync_days)
+        print("stream:", json.dumps(out["stream"]), flush=True)
+        last, uses = last_uses(mem)
+        now = sim[0]
+
+        def cold(path: str) -> str:
+            at = last.get(path)
+            return "never" if at is None else "warm" if now - at < UNUSED_DAYS * DAY else "cold"
+
+        before_files = hashes(workspace)
+        phases: dict[str, Any] = {}
+
+        def phase(name: str, **kw: Any) -> dict[str, Any]:
+            cfg = config(root, "measure", workspace, store, args, usage=False)
+            with Memory.open(config_path=cfg) as m:
+                got = measure(m, sets, args, cold, **kw)
+                got["index"] = index_size(m, store)
+            phases[name] = got
+            print(name, json.dumps({k: v for k, v in got.items() if k not in ("results", "scores")}), flush=True)
+            return got
+
+        phase("before")
+        plan = mem.lifecycle("plan")
+        t0 = time.perf_counter()
+        applied = mem.lifecycle("apply")
+        out["apply"] = {
+            "moved": len(applied["moved"]),
+            "skipped": len(applied["skipped"]),
+            "seconds": round(time.perf_counter() - t0, 2),
+            "held": plan["counts"]["held"],
+        }
+        print("apply:", json.dumps(out["apply"]), flush=True)
+        phase("after")
+        phase("after+archive", include_archive=True, timed=False)
+        if args.rebuild:
+            out["liveOnlyIndex"] = rebuilt_without_archive(root, workspace, args)
+            print("rebuilt without the archive:", json.dumps(out["liveOnlyIndex"]), flush=True)
+        archived = [m["to"] for m in applied["moved"]]
+        t0 = time.perf_counter()
+        for path in archived[args.revive_each :]:
+            mem.get(path)  # a read: reviveOnUse brings it back at the next apply
+        back = mem.lifecycle("apply")
+        revived_by_use = sum(m["reason"] == "use" for m in back["moved"])
+        for path in archived[: args.revive_each]:  # after that apply: a revive by hand counts no use, and
+            mem.lifecycle("revive", path)  # an apply would archive the file again (it is still old and unused)
+        after_files = hashes(workspace)
+        leftover = sorted(p.relative_to(workspace).as_posix() for p in (workspace / "memory" / "archive").rglob("*.md"))
+        out["revive"] = {
+            "archived": len(archived),
+            "byRevive": min(len(archived), args.revive_each),
+            "byUse": revived_by_use,
+            "stillArchived": len(leftover),
+            "seconds": round(time.perf_counter() - t0, 1),
+            "filesIdentical": after_files == before_files,
+            "filesDiffering": sorted(p for p in before_files.keys() | after_files.keys()
+                                     if before_files.get(p) != after_files.get(p))[:10],
+        }  # fmt: skip
+        phase("revived")
+        same = [k for k, v in phases["before"]["results"].items() if phases["revived"]["results"].get(k) == v]
+        out["revive"]["resultsIdentical"] = len(same) == len(phases["before"]["results"])
+        out["revive"]["questionsSame"] = f"{len(same)}/{len(phases['before']['results'])}"
+        print("revive:", json.dumps(out["revive"]), flush=True)
+        out["usedFiles"] = sum(1 for p in uses if uses[p])
+    out["lost"] = sorted(k for k, v in phases["before"]["scores"].items() if phases["after"]["scores"][k] < v)
+    out["gained"] = sorted(k for k, v in phases["before"]["scores"].items() if phases["after"]["scores"][k] > v)
+    out["phases"] = {k: {x: y for x, y in v.items() if x not in ("results", "scores")} for k, v in phases.items()}
+    out["files"] = len(before_files)
+    out["wallSeconds"] = round(time.perf_counter() - wall, 1)
+    return out
+
+
+def table(out: dict[str, Any]) -> str:
+    ph = out["phases"]
+    cols = [
+        ("before", "before"),
+        ("after", "after"),
+        ("after+archive", "after, includeArchive"),
+        ("revived", "revived"),
+    ]
+    cols = [(k, t) for k, t in cols if k in ph]
+    rows: list[tuple[str, list[str]]] = []
+    for name in ("held-out", "asked"):
+        for group in ("kept", "recurring", "notes", "pinned", "dormant"):
+            cells = [ph[k]["recall"][name].get(group) for k, _ in cols]
+            if any(cells):
+                n = next(c["n"] for c in cells if c)
+                rows.append((f"{name} {group} (n={n}) R@5 / MRR",
+                             [f"{c['r@5']:.3f} / {c['mrr']:.3f}" if c else "" for c in cells]))  # fmt: skip
+    rows.append(
+        ("chunks in scope / all", [f"{ph[k]['index']['chunksInScope']} / {ph[k]['index']['chunks']}" for k, _ in cols])
+    )
+    rows.append(
+        ("files in scope / all", [f"{ph[k]['index']['filesInScope']} / {ph[k]['index']['files']}" for k, _ in cols])
+    )
+    rows.append(("index file bytes", [f"{ph[k]['index']['bytes']:,}" for k, _ in cols]))
+    rows.append(("  in use (not free pages)", [f"{ph[k]['index']['bytesInUse']:,}" for k, _ in cols]))
+    rows.append(("search p50 / p95 ms", [f"{ph[k]['searchMs']['p50']} / {ph[k]['searchMs']['p95']}"
+                                           if "searchMs" in ph[k] else "" for k, _ in cols]))  # fmt: skip
+    for key, label in (
+        ("total", "pack tokens"),
+        ("offEvidence", "  from files without evidence"),
+        ("cold", "  from cold files (unused 60 d)"),
+        ("neverUsed", "  from never-used files"),
+    ):
+        rows.append((label, [_share(ph[k]["pack"], key) for k, _ in cols]))
+    rows.append(
+        ("pack: gold lines packed", [f"{ph[k]['pack']['goldInPack']}/{ph[k]['pack']['goldLines']}" for k, _ in cols])
+    )
+    width = max(len(r[0]) for r in rows)
+    head = f"{'':{width}}  " + "  ".join(f"{t:>22}" for _, t in cols)
+    return "\n".join([head] + [f"{label:{width}}  " + "  ".join(f"{c:>22}" for c in cells) for label, cells in rows])
+
+
+def _share(pack: dict[str, int], key: str) -> str:
+    return f"{pack[key]:,}" if key == "total" else f"{pack[key]:,} ({pack[key] / max(1, pack['total']):.0%})"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--provider", choices=["local", "none"], default="local")
+    ap.add_argument("--model", type=Path, default=MODEL)
+    ap.add_argument("--data", type=Path, default=DATA, help="locomo-dev.json (some of the chatter; optional)")
+    ap.add_argument("--days", type=int, default=3650)
+    ap.add_argument("--seed", type=int, default=25)
+    ap.add_argument("--rate", type=float, default=2.0, help="topic questions per simulated day (mean)")
+    ap.add_argument("--oneoff-rate", type=float, default=0.3, help="one-off questions per simulated day (mean)")
+    ap.add_argument("--sync-days", type=int, default=7, help="the workspace grows this many days per sync")
+    ap.add_argument("--budget", type=int, default=600, help="pack budget of the measurement (tokens)")
+    ap.add_argument("--rounds", type=int, default=3, help="timed rounds of every question per phase")
+    ap.add_argument("--revive-each", type=int, default=25, help="archived files revived one by one (rest: by use)")
+    ap.add_argument("--no-rebuild", dest="rebuild", action="store_false", help="skip the live-only index")
+    ap.add_argument("--workdir", type=Path, help="keep the workspace and index here (default: a temp folder)")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if args.days < 30:
+        ap.error("--days: at least 30 (a policy of 90 days old needs some history)")
+    if args.provider == "local" and not args.model.is_file():
+        ap.error(f"--model {args.model} not found: pass --model FILE.gguf, or --provider none")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="mdm-ten-year-") as tmp:
+        root = args.workdir.resolve() if args.workdir else Path(tmp)
+        if args.workdir and root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True, exist_ok=True)
+        out = run(args, root)
+    out["machine"] = f"{platform.machine()}, {os.cpu_count()} cores, {cpu_name()}"
+    out["date"] = date.today().isoformat()
+    print()
+    print(f"{out['files']} files over {out['days']} days to {out['today']}; provider {args.provider}; "
+          f"{sum(out['stream']['events'].values())} uses in the stream; {out['date']}; {out['machine']}")  # fmt: skip
+    print(table(out))
+    print("apply:", json.dumps(out["apply"]))
+    print("revive:", json.dumps(out["revive"]))
+    if "liveOnlyIndex" in out:
+        print("index rebuilt from the in-scope files only:", json.dumps(out["liveOnlyIndex"]))
+    print("R@5 lost after apply:", out["lost"])
+    print("R@5 gained after apply:", out["gained"])
+    print(f"wall time {out['wallSeconds']} s")
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2), encoding="utf-8")
+    return out
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)
