@@ -43,6 +43,7 @@ class Question:
     gold: frozenset[Line]
     group: str  # "recurring", "dormant" (daily logs), "notes" (notes, MEMORY.md), "pinned"
     topic: str
+    fact: str  # the statement on the gold line
 
 
 @dataclass(frozen=True)
@@ -214,8 +215,8 @@ def build(seed: int, days: int, rate: float, oneoff_rate: float, data: Path, tod
         n = next(n for n, (_, t) in enumerate(draft.lines) if t.endswith(f.text))
         group = {"daily": "recurring" if f.topic in recurring else "dormant", "pinned": "pinned"}.get(f.place, "notes")
         gold = frozenset({(f.rel, draft.head.count("\n") + n + 1)})
-        held_out.append(Question(f.held_out, gold, group, f.topic))
-        asked_questions.append(Question(f.ask, gold, group, f.topic))
+        held_out.append(Question(f.held_out, gold, group, f.topic, f.text))
+        asked_questions.append(Question(f.ask, gold, group, f.topic, f.text))
     asked: dict[str, list[tuple[int, str]]] = defaultdict(list)
     for f in facts:
         asked[f.topic].append((f.day, f.ask))
