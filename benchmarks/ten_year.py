@@ -98,14 +98,17 @@ def hashes(workspace: Path) -> dict[str, tuple[str, float]]:
 def run_stream(mem: Memory, world: World, workspace: Path, sim: list[float], sync_days: int) -> dict[str, Any]:
     """Grow the workspace ``sync_days`` at a time and ask that stretch's questions at their simulated times."""
     started, counts, syncs = time.perf_counter(), {"pack": 0, "search": 0, "get": 0}, 0
+    spent = {"sync": 0.0, "uses": 0.0}
     events, n = world.events, 0
-    day = world.first
+    day, year = world.first, world.first.year
     while day <= world.today:
         upto = min(day + timedelta(days=sync_days - 1), world.today)
+        t0 = time.perf_counter()
         world.write(workspace, upto)
         sim[0] = sim_time(upto, 23.5)  # the files' mtimes are 20:00 of their day
         mem.sync()
         syncs += 1
+        t1 = time.perf_counter()
         end = sim_time(upto, 24)
         while n < len(events) and events[n].at < end:
             e = events[n]
@@ -118,10 +121,21 @@ def run_stream(mem: Memory, world: World, workspace: Path, sim: list[float], syn
                     mem.get(results[0]["path"])
             counts[e.kind] += 1
             n += 1
+        spent["sync"] += t1 - t0
+        spent["uses"] += time.perf_counter() - t1
+        if upto.year != year or upto == world.today:
+            print(f"  {upto}: {n} uses, sync {spent['sync']:.0f} s, uses {spent['uses']:.0f} s", flush=True)
+            year = upto.year
         day = upto + timedelta(days=1)
     sim[0] = sim_time(world.today, 23.9)
     mem.usage(1)  # the last uses written
-    return {"events": counts, "syncs": syncs, "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "events": counts,
+        "syncs": syncs,
+        "seconds": round(time.perf_counter() - started, 1),
+        "syncSeconds": round(spent["sync"], 1),
+        "usesSeconds": round(spent["uses"], 1),
+    }
 
 
 def last_uses(mem: Memory) -> tuple[dict[str, float], dict[str, int]]:
@@ -302,7 +316,15 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         same = [k for k, v in phases["before"]["results"].items() if phases["revived"]["results"].get(k) == v]
         out["revive"]["resultsIdentical"] = len(same) == len(phases["before"]["results"])
         out["revive"]["questionsSame"] = f"{len(same)}/{len(phases['before']['results'])}"
-        print("revive:", json.dumps(out["revive"]), flush=True)
+        ranked = [k for k, v in phases["before"]["results"].items()
+                  if [r[:3] for r in v] == [r[:3] for r in phases["revived"]["results"].get(k, [])]]  # fmt: skip
+        out["revive"]["rankingsSame"] = f"{len(ranked)}/{len(phases['before']['results'])}"
+        out["revive"]["resultsDiffering"] = {
+            k: {"before": v, "revived": phases["revived"]["results"].get(k)}
+            for k, v in list(phases["before"]["results"].items())
+            if k not in same
+        }
+        print("revive:", json.dumps({k: v for k, v in out["revive"].items() if k != "resultsDiffering"}), flush=True)
         out["usedFiles"] = sum(1 for p in uses if uses[p])
     out["lost"] = sorted(k for k, v in phases["before"]["scores"].items() if phases["after"]["scores"][k] < v)
     out["gained"] = sorted(k for k, v in phases["before"]["scores"].items() if phases["after"]["scores"][k] > v)
@@ -408,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
           f"{sum(out['stream']['events'].values())} uses in the stream; {out['date']}; {out['machine']}")  # fmt: skip
     print(table(out))
     print("apply:", json.dumps(out["apply"]))
-    print("revive:", json.dumps(out["revive"]))
+    print("revive:", json.dumps({k: v for k, v in out["revive"].items() if k != "resultsDiffering"}))
     print("R@5 lost after apply:", out["lost"])
     print("R@5 gained after apply:", out["gained"])
     print(f"wall time {out['wallSeconds']} s")
