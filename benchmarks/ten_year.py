@@ -4,7 +4,7 @@ archived file is revived.
 
 The world (benchmarks/ten_year_world.py, seeded): ``--days`` (default 3,650) daily logs ending on a fixed
 simulated today, MEMORY.md, notes, pinned logs; one-off chatter (several generators, LoCoMo turns when
-../shared holds them) and 19 topics whose facts appear in some logs and keep being asked about (15 recurring
+../shared holds them) and 18 topics whose facts appear in some logs and keep being asked about (14 recurring
 to today; 4 dormant: asked about for a while, then never again).
 
 The usage stream: the workspace grows a week at a time (the week's files written, ``Memory.sync``), then the
