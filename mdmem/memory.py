@@ -7,7 +7,8 @@ calls (tools, session context, remember, flush), by mdmem.agent.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
@@ -56,16 +57,25 @@ class Memory:
         *,
         choice: ProviderChoice | None = None,
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.engine = Engine(agent, config, choice=choice, env=env)
+        """``clock`` (Unix seconds; default ``time.time``) stamps the uses this object records and is the "now"
+        and "today" of its lifecycle plans: a simulation passes its own (benchmarks/ten_year.py)."""
+        self.engine = Engine(agent, config, choice=choice, env=env, clock=clock)
         self.agent, self.config, self.settings = agent, config, agent.memory_search
         self.env, self.workspace = self.engine.env, self.engine.workspace
 
     @classmethod
-    def open(cls, agent: str | None = None, config_path: str | os.PathLike[str] | None = None) -> Memory:
+    def open(
+        cls,
+        agent: str | None = None,
+        config_path: str | os.PathLike[str] | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> Memory:
         """Load the configuration (``config_path``, ``MDMEMORY_CONFIG`` or the default) and pick an agent."""
         config = load_config(config_path)
-        return cls(config.agent(agent), config)
+        return cls(config.agent(agent), config, clock=clock)
 
     @property
     def store(self) -> IndexStore:

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
@@ -106,6 +106,9 @@ def test_plan_apply_search_and_revive(make_memory: Callable[..., Memory], worksp
         ("memory/archive/2024/2024-01-05.md", OLD[0], "asked")
     ]
     assert tree(workspace)[OLD[0]] == texts[OLD[0]]
+    # a person asked for it back: that counts as a read, so the next apply keeps it rather than archiving it
+    assert {h["path"]: h["reason"] for h in mem.lifecycle("plan")["held"]}[OLD[0]] == "used"
+    assert mem.lifecycle("apply")["moved"] == []
     assert "memory/2024-01-05.md" in {r["path"] for r in mem.search("heron")["results"]}
     with pytest.raises(ConfigError, match="not an archived memory file"):
         mem.lifecycle("revive", "memory/people/bob.md")
@@ -348,3 +351,28 @@ def test_a_token_in_a_file_name_never_shows_in_plans_receipts_usage_or_status(
     assert "[REDACTED:github_token]" in json.dumps(outputs["apply"]["moved"])
     assert (workspace / "memory/archive").is_dir() and not (workspace / name).exists()  # the file itself moved
     assert token in next((workspace / "memory/archive").rglob("*.md")).name  # with its real name
+
+
+@both_backends
+def test_a_memory_clock_stamps_uses_and_is_the_lifecycle_now(
+    make_memory: Callable[..., Memory], workspace: Path
+) -> None:
+    """``Memory(clock=...)``: uses carry the clock's time and the plan counts ages and unused days from it (a
+    simulation's years, benchmarks/ten_year.py); the real date (years before these logs) plays no part."""
+    logs = {"memory/2031-01-10.md": "kayak trip", "memory/2031-01-12.md": "kayak repair", "memory/2031-05-20.md": "x"}
+    for rel, text in logs.items():
+        write(workspace / rel, f"# {rel}\n\n- {text}\n")
+    now = [datetime(2031, 2, 1, 12).timestamp()]
+    mem = make_memory(provider="none", clock=lambda: now[0])
+    mem.sync()
+    assert {r["path"] for r in mem.search("kayak trip")["results"]} == {"memory/2031-01-10.md"}
+    now[0] = datetime(2031, 4, 20, 12).timestamp()
+    assert mem.get("memory/2031-01-12.md")["text"]
+    mem.usage()  # written now
+    last = {r.path: r.last_used_at for r in mem.store.usage_rows()}
+    assert last == {"memory/2031-01-10.md": datetime(2031, 2, 1, 12).timestamp(), "memory/2031-01-12.md": now[0]}
+    now[0] = datetime(2031, 6, 1, 12).timestamp()  # 130 and 140 days old; unused 120 and 42 days
+    plan = mem.lifecycle("plan")
+    assert [(m["path"], m["reason"]) for m in plan["moves"]] == [("memory/2031-01-10.md", "age-unused")]
+    held = {h["path"]: h["reason"] for h in plan["held"]}
+    assert held == {"memory/2031-01-12.md": "used", "memory/2031-05-20.md": "young"}

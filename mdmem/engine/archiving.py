@@ -13,6 +13,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -190,5 +191,6 @@ def last_receipts(agent: AgentConfig, count: int = RECEIPTS_KEPT_IN_STATUS) -> d
     return {"runs": len(receipts), "last": receipts[-count:]}
 
 
-def today(agent: AgentConfig) -> Any:
-    return clock.day(agent)
+def today(agent: AgentConfig, at: float | None = None) -> date:
+    """The agent's day at the Unix time ``at`` (None: now) in its ``userTimezone``."""
+    return clock.day(agent, None if at is None else datetime.fromtimestamp(at).astimezone())

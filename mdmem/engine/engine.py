@@ -53,8 +53,10 @@ class Engine:
         *,
         choice: Any = None,
         env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.agent = agent
+        self.clock = clock  # the time uses are stamped with and the lifecycle counts from (Memory's ``clock``)
         self.config = config
         self.settings = agent.memory_search
         self.env = os.environ if env is None else env
@@ -68,11 +70,11 @@ class Engine:
         self.keeper = IndexKeeper(agent, self.workspace, self.providers)
         self.catchup = CatchUp(self.keeper, config, self.env, self.sibling)
         spool = agent.store_path.with_name(agent.store_path.name + ".uses")  # see mdmem.engine.usage
-        self.usage = UsageTracker(lambda: self.keeper.store, self.settings.usage, spool)
+        self.usage = UsageTracker(lambda: self.keeper.store, self.settings.usage, spool, clock)
 
     def sibling(self, should_stop: Callable[[], bool] | None = None) -> Engine:
         """A second engine on this agent: its own connection to the index, this engine's provider."""
-        other = Engine(self.agent, self.config, choice=self.providers.choice, env=self.env)
+        other = Engine(self.agent, self.config, choice=self.providers.choice, env=self.env, clock=self.clock)
         other.keeper.should_stop = should_stop
         return other
 
@@ -323,13 +325,18 @@ class Engine:
             moves, held = archiving.revive_moves(self.workspace, seen, path), list[Held]()
         else:
             policy = self.settings.lifecycle
+            now = self.clock()
             moves, held = plan_moves(
-                seen, policy.tiers, archiving.today(self.agent), time.time(), revive_on_use=policy.revive_on_use
+                seen, policy.tiers, archiving.today(self.agent, now), now, revive_on_use=policy.revive_on_use
             )
             if action == "plan":
                 return archiving.plan_view(moves, held)
         index = (lambda: self.keeper.store) if self.settings.enabled else None
-        out = archiving.apply_plan(self.agent, self.workspace, moves, held, index, action=action)
+        revived: list[str] = []  # a person asked for these back: a use (a read), so the next apply keeps them
+        on_move = (lambda m: revived.append(m.to)) if action == "revive" else None
+        out = archiving.apply_plan(self.agent, self.workspace, moves, held, index, action=action, moved=on_move)
+        if revived:
+            self.usage.record("get", [(to, "") for to in revived])
         if out["moved"] and self.settings.enabled:
             self.catchup.changed()
             try:
