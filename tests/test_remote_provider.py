@@ -20,8 +20,8 @@ from mdmem.providers.remote import (
     OpenAIEmbeddingProvider,
     display_url,
     is_loopback,
-    parse_retry_after,
 )
+from mdmem.providers.transport import parse_retry_after
 from mdmem.util.errors import ProviderError, TransientProviderError
 from tests.fake_openai import FakeOpenAIServer, Fault, fake_vector
 

@@ -1,9 +1,10 @@
 """Remote embeddings from any OpenAI-compatible ``/embeddings`` endpoint (``provider: "openai"``).
 
 Uses the official ``openai`` SDK, imported and built on first use so keyword-only search starts fast. The
-SDK's own retries are off (``max_retries=0``): the base class owns retries, backoff and the time cap. This
-module only maps each failure to ``TransientProviderError`` (429, 408, 409, 5xx, timeouts, connection
-errors, an unreadable 200) or ``ProviderError`` (other 4xx, wrong vector count), with a fix in the message.
+SDK's own retries are off (``max_retries=0``): the base class owns retries, backoff and the time cap.
+mdmem.providers.remote_answers reads what the server answered and maps each failure to
+``TransientProviderError`` (429, 408, 409, 5xx, timeouts, connection errors, an unreadable 200) or
+``ProviderError`` (other 4xx, wrong vector count), with a fix in the message.
 
 Bounded (``transport``): a request ends by ``timeoutSeconds`` or the caller's deadline, whichever is first,
 however the server behaves; a body over ``response_cap`` is refused unread, error bodies are read to 1 MiB.
@@ -23,7 +24,6 @@ number of vectors is permanent: a server that caps inputs per request does so ev
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
@@ -34,17 +34,17 @@ from typing import Any
 from mdmem.providers import deadline
 from mdmem.providers.base import EmbeddingProvider, RetryPolicy
 from mdmem.providers.llama_server import LlamaServer, PoolingChanged, native_error, server_root
+from mdmem.providers.remote_answers import RemoteAnswers
 from mdmem.providers.transport import (
     ErrorResponse,
     LoopThread,
     ResponseTooLarge,
     error_guard,
-    parse_retry_after,
     read_capped,
 )
 from mdmem.providers.urls import display_url, has_credentials, is_loopback
-from mdmem.util.errors import InputRejected, ProviderError, TransientProviderError
-from mdmem.util.redaction.credentials import REDACTED, is_secret_name, scrub
+from mdmem.util.errors import ProviderError, TransientProviderError
+from mdmem.util.redaction.credentials import REDACTED, is_secret_name
 from mdmem.util.tokens import estimate_tokens
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,6 @@ UNKNOWN_DIMS = 8192  # dimensions assumed for the cap before the first answer (s
 ESTIMATE_MARGIN = 4 / 3
 """Without tiktoken, assume ~3 characters per token instead of the estimate's 4, so truncated code, URLs
 and other token-dense text still fits the server's limit."""
-
-_MAX_QUOTED = 300
 
 
 class _Secret:
@@ -149,6 +147,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
         self._headers = _Secret(header_map)
         values = [key, *header_map.values()]
         self._scrub = _Secret(sorted({s for s in values if len(s) >= 4}, key=len, reverse=True))
+        self.answers = RemoteAnswers(self.base_url, self.model, self.timeout, self._scrub)
         self._client: Any = None
         self._openai: Any = None
         self._tokenizer: Any = None  # None: not tried yet; False: unavailable
@@ -258,18 +257,18 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
                 f"request to {self.base_url} timed out after {limit:.3g}s{why}"
             )
         except ErrorResponse as exc:
-            message = self._server_message(exc.body)
+            message = self.answers.server_message(exc.body)
             pooled = exc.status == 400 and "pooling type 'none'" in message.lower()  # llama.cpp, --pooling none
-            error = self._map_status(exc.status, exc.headers, message)
+            error = self.answers.map_status(exc.status, exc.headers, message)
         except ResponseTooLarge as exc:
             error = ProviderError(
                 f"{self.base_url} sent too large an embeddings response: {exc}; check remote.baseUrl points at an "
                 "OpenAI-compatible API, or lower max_batch_size"
             )
         except openai.APIError as exc:
-            error = self._map_api_error(exc)
+            error = self.answers.map_api_error(exc, self._openai)
         else:
-            return self._vectors(self._parse(kind, body), len(texts))
+            return self.answers.vectors(self.answers.parse(kind, body), len(texts))
         if pooled:
             log.info("%s runs with --pooling none: its token vectors are mean-pooled here", self.base_url)
             self._pool_tokens = True
@@ -335,115 +334,7 @@ class OpenAIEmbeddingProvider(EmbeddingProvider):
 
     def _native_error(self, exc: BaseException) -> ProviderError:
         """A failure of the server's own routes as the provider's error (secrets scrubbed)."""
-        message = self._server_message(exc.body) if isinstance(exc, ErrorResponse) else ""
-        return native_error(exc, self.base_url, lambda e: self._map_status(e.status, e.headers, message), self._redact)
-
-    # -- response and error mapping -----------------------------------------------------------------
-    def _parse(self, content_type: str, body: bytes) -> Any:
-        if "html" in content_type.lower() or body.lstrip()[:1] == b"<":
-            raise ProviderError(
-                f"{self.base_url} answered with an HTML page, not JSON: remote.baseUrl does not point at an "
-                "OpenAI-compatible API (it usually ends in /v1)"
-            )
-        try:
-            return json.loads(body)
-        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise self._malformed(f"the body is not valid JSON ({type(exc).__name__})") from None
-
-    def _vectors(self, response: Any, expected: int) -> list[list[float]]:
-        data = _field(response, "data")
-        if not isinstance(data, list):
-            raise self._malformed("no 'data' list")
-        rows: list[tuple[int, list[float]]] = []
-        for item in data:
-            index, vector = _field(item, "index"), _field(item, "embedding")
-            if not isinstance(index, int) or not isinstance(vector, list):
-                raise self._malformed("an item without an integer 'index' and a float list 'embedding'")
-            rows.append((index, vector))
-        if len(rows) != expected:
-            raise ProviderError(
-                f"{self.base_url} returned {len(rows)} embedding(s) for {expected} input(s); if the server "
-                "caps inputs per request, lower max_batch_size"
-            )
-        rows.sort(key=lambda row: row[0])
-        if [index for index, _ in rows] != list(range(expected)):
-            raise ProviderError(f"{self.base_url} returned embedding indexes that are not 0..{expected - 1}")
-        return [vector for _, vector in rows]
-
-    def _malformed(self, what: str) -> TransientProviderError:
-        return TransientProviderError(
-            f"{self.base_url} returned a malformed embeddings response ({what}); if this persists, check "
-            "remote.baseUrl points at an OpenAI-compatible API"
+        message = self.answers.server_message(exc.body) if isinstance(exc, ErrorResponse) else ""
+        return native_error(
+            exc, self.base_url, lambda e: self.answers.map_status(e.status, e.headers, message), self.answers.redact
         )
-
-    def _map_api_error(self, exc: Any) -> ProviderError:
-        openai = self._openai
-        if isinstance(exc, openai.APITimeoutError):
-            return TransientProviderError(f"request to {self.base_url} timed out after {self.timeout:g}s")
-        if isinstance(exc, openai.APIConnectionError):
-            reason = self._redact(str(exc.__cause__ or exc))
-            return TransientProviderError(
-                f"cannot connect to {self.base_url} ({reason}); check remote.baseUrl and that it is up"
-            )
-        if isinstance(exc, openai.APIStatusError):
-            return self._map_status(exc.status_code, exc.response.headers, self._server_message(exc.body))
-        if isinstance(exc, openai.APIResponseValidationError):
-            return self._malformed("it does not match the embeddings schema")
-        return ProviderError(f"{self.base_url} request failed: {type(exc).__name__}: {self._redact(str(exc))}")
-
-    def _map_status(self, status: int, headers: Mapping[str, str], message: str) -> ProviderError:
-        detail = f"HTTP {status} from {self.base_url}/embeddings" + (f": {message}" if message else "")
-        lowered = message.lower()
-        if status == 429:
-            return TransientProviderError(f"{detail} (rate limited)", retry_after=parse_retry_after(headers))
-        if status >= 500 or status in (408, 409):
-            return TransientProviderError(detail, retry_after=parse_retry_after(headers))
-        if status == 401:
-            return ProviderError(f"{detail}. The API key was rejected: check remote.apiKey / OPENAI_API_KEY")
-        if status == 403:
-            return ProviderError(
-                f"{detail}. The key may not use model {self.model!r}: check remote.apiKey / OPENAI_API_KEY "
-                "and the project's model access"
-            )
-        if status == 404:
-            return ProviderError(
-                f"{detail}. Check the model name ({self.model!r}) and remote.baseUrl ({self.base_url}; "
-                "OpenAI-compatible servers usually end in /v1)"
-            )
-        if status == 413 or "maximum" in lowered or "too long" in lowered or "too large" in lowered:
-            return InputRejected(
-                f"{detail}. The input or request is too large for this server: lower max_input_tokens, "
-                "max_batch_tokens or max_batch_size"
-            )
-        return ProviderError(
-            f"{detail}. The server rejected the request: check the model name ({self.model!r}) and remote.dimensions"
-        )
-
-    def _server_message(self, body: Any) -> str:
-        if isinstance(body, bytes):  # read by transport.error_guard: JSON, or text
-            try:
-                body = json.loads(body)
-            except ValueError:
-                body = body.decode("utf-8", errors="replace")
-        message: object = None
-        if isinstance(body, dict):
-            error = body.get("error")
-            message = error.get("message") if isinstance(error, dict) else error or body.get("message")
-        elif isinstance(body, str):
-            message = body
-        text = " ".join(str(message or "").split())
-        if len(text) > _MAX_QUOTED:
-            text = text[:_MAX_QUOTED] + "..."
-        return self._redact(text)
-
-    def _redact(self, text: str) -> str:
-        for secret in self._scrub.value:
-            text = text.replace(secret, REDACTED)
-        return scrub(text)
-
-
-def _field(obj: Any, name: str) -> Any:
-    """Attribute or key ``name``: the SDK builds models leniently, so fields may be missing or dicts."""
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
