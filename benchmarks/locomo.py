@@ -241,6 +241,16 @@ def retriever_settings(name: str, provider: str, overrides: Sequence[tuple[str, 
     return [*overrides, *own]
 
 
+def dev_questions(conversations: list[dict[str, Any]], workspace: Path, sample: int = 0) -> list[Any]:
+    """The cost benchmarks' set-up: the workspace written, its questions, every k-th of them when ``sample``
+    (0: all)."""
+    where = write_workspace(conversations, workspace)
+    questions = build_questions(conversations, where, None).questions
+    if sample and len(questions) > sample:
+        questions = questions[:: len(questions) // sample][:sample]
+    return list(questions)
+
+
 def config_tree(workspace: Path, model: Path, settings: Sequence[tuple[str, Any]]) -> dict[str, Any]:
     """The config file: the workspace, the local model, no background syncing, then ``settings``."""
     defaults: dict[str, Any] = {

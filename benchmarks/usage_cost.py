@@ -60,10 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="mdm-usage-cost-") as tmp:
         root = Path(tmp)
-        where = locomo.write_workspace(conversations, root / "ws")
-        questions = locomo.build_questions(conversations, where, None).questions
-        if args.questions and len(questions) > args.questions:
-            questions = questions[:: len(questions) // args.questions][: args.questions]
+        questions = locomo.dev_questions(conversations, root / "ws", args.questions)
         names = list(MODES)
         with open_memory(root, root / "ws", args.model, args.provider, "off") as builder:  # none of the timed ones
             builder.sync()

@@ -75,10 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="mdm-usage-serve-cost-") as tmp:
         root = Path(tmp)
-        where = locomo.write_workspace(conversations, root / "ws")
-        questions = locomo.build_questions(conversations, where, None).questions
-        if args.questions and len(questions) > args.questions:
-            questions = questions[:: len(questions) // args.questions][: args.questions]
+        questions = locomo.dev_questions(conversations, root / "ws", args.questions)
         configs = {m: write_config(root, root / "ws", args.model, args.provider, m, args.recall_workers) for m in MODES}
         env = {**os.environ, "MDMEMORY_HOME": str(root / "home"), "HF_HUB_OFFLINE": "1"}
         with Memory.open(config_path=configs["off"]) as builder:  # indexed once, before either serve starts

@@ -94,16 +94,8 @@ class Folder:
         if st is not None and (kind := special_kind(st)) is not None:
             raise WorkspaceError(f"{self.shown(name)} is {kind}, not a regular file: mdmem never writes it")
         mode = stat.S_IMODE(st.st_mode) if st is not None else 0o644
-        tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=self.fd)  # left by a crash
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=self.fd)
+        tmp = self._written_aside(name, data, mode)
         try:
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -115,6 +107,16 @@ class Folder:
         """Make the new file ``name`` hold ``data``, whole or not at all, never replacing a file: a temporary
         file beside it, ``fsync``, then a hard link to ``name`` (``FileExistsError`` when something is there,
         even if it appeared meanwhile), ``fsync`` of the folder."""
+        tmp = self._written_aside(name, data, mode)
+        try:
+            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=self.fd)
+        self.sync()
+
+    def _written_aside(self, name: str, data: bytes, mode: int) -> str:
+        """A temporary file beside ``name`` holding ``data``, fsynced: its name (removed again on failure)."""
         tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp, dir_fd=self.fd)  # left by a crash
@@ -125,11 +127,11 @@ class Folder:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.link(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd, follow_symlinks=False)
-        finally:
+        except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=self.fd)
-        self.sync()
+            raise
+        return tmp
 
     def truncate(self, name: str, size: int) -> None:
         fd = self.open(name, os.O_WRONLY)
