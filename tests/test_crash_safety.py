@@ -120,7 +120,9 @@ def test_kill_9_at_random_points_of_a_sync(workspace: Path, tmp_path: Path) -> N
     round_no = 0
     while killed_midway < 50:  # at least 50 kills that really interrupted a running sync process
         round_no += 1
-        assert round_no <= 200, f"only {killed_midway} of 200 kills landed while the process was running"
+        # the kills are timed against the first full index; a load spike then widens the window and more
+        # of them land after an (incremental, shorter) sync ended: allow rounds enough for a 1-in-8 landing rate
+        assert round_no <= 400, f"only {killed_midway} of 400 kills landed while the process was running"
         mutate(workspace, rng)
         if round_no % 9 == 4:  # now and then a chunking change: the kill lands in a rebuild
             write_config(config, workspace, rng.choice([120, 200, 300]))
