@@ -241,6 +241,38 @@ def retriever_settings(name: str, provider: str, overrides: Sequence[tuple[str, 
     return [*overrides, *own]
 
 
+def cost_arguments(description: str, *, sample: bool = True) -> argparse.ArgumentParser:
+    """The cost benchmarks' common arguments: the data, the model, the provider, a sample size, a JSON file."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--provider", choices=["local", "none"], default="local")
+    if sample:
+        ap.add_argument("--questions", type=int, default=0, help="sample size (every k-th question; 0: all)")
+    ap.add_argument("--json", type=Path)
+    return ap
+
+
+def write_cost_config(
+    root: Path,
+    workspace: Path,
+    model: Path,
+    provider: str,
+    name: str,
+    settings: Sequence[tuple[str, Any]],
+    top: dict[str, Any] | None = None,
+) -> Path:
+    """``root/config-<name>.json``: the cost benchmarks' config, their one index at ``root/index.sqlite``;
+    ``settings`` under ``agents.defaults``, ``top`` (dotted paths) from the file's top."""
+    base = [("memorySearch.provider", provider), ("memorySearch.store.path", str(root / "index.sqlite"))]
+    tree = config_tree(workspace, model, [*base, *settings])
+    for key, value in (top or {}).items():
+        set_path(tree, key, value)
+    config = root / f"config-{name}.json"
+    config.write_text(json.dumps(tree), encoding="utf-8")
+    return config
+
+
 def dev_questions(conversations: list[dict[str, Any]], workspace: Path, sample: int = 0) -> list[Any]:
     """The cost benchmarks' set-up: the workspace written, its questions, every k-th of them when ``sample``
     (0: all)."""

@@ -11,7 +11,6 @@ before timing. Prints R@1/5/10, MRR and the search p50/p95 of each, and the rati
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -31,24 +30,14 @@ from mdmem.memory import Memory  # noqa: E402
 
 
 def open_memory(root: Path, workspace: Path, model: Path, provider: str, current_first: bool) -> Memory:
-    settings = [
-        ("memorySearch.provider", provider),
-        ("memorySearch.store.path", str(root / "index.sqlite")),
-        ("memorySearch.query.currentFirst", current_first),
-    ]
-    tree = locomo.config_tree(workspace, model, settings)
-    config = root / f"config-{current_first}.json"
-    config.write_text(json.dumps(tree), encoding="utf-8")
-    return Memory.open(config_path=config)
+    settings = [("memorySearch.query.currentFirst", current_first)]
+    return Memory.open(
+        config_path=locomo.write_cost_config(root, workspace, model, provider, str(current_first), settings)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
-    ap.add_argument("--model", type=Path, default=locomo.DEFAULT_MODEL)
-    ap.add_argument("--provider", choices=["local", "none"], default="local")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    args = locomo.cost_arguments(__doc__.split("\n")[0], sample=False).parse_args(argv)
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="mdm-truth-cost-") as tmp:
         root = Path(tmp)

@@ -13,7 +13,6 @@ at most 1.05 with the default settings), and that the counts were written (rows 
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import sys
@@ -38,25 +37,11 @@ MODES: dict[str, list[tuple[str, Any]]] = {
 
 
 def open_memory(root: Path, workspace: Path, model: Path, provider: str, mode: str) -> Memory:
-    settings = [
-        ("memorySearch.provider", provider),
-        ("memorySearch.store.path", str(root / "index.sqlite")),
-        *MODES[mode],
-    ]
-    tree = locomo.config_tree(workspace, model, settings)
-    config = root / f"config-{mode}.json"
-    config.write_text(json.dumps(tree), encoding="utf-8")
-    return Memory.open(config_path=config)
+    return Memory.open(config_path=locomo.write_cost_config(root, workspace, model, provider, mode, MODES[mode]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
-    ap.add_argument("--model", type=Path, default=locomo.DEFAULT_MODEL)
-    ap.add_argument("--provider", choices=["local", "none"], default="local")
-    ap.add_argument("--questions", type=int, default=0, help="sample size (every k-th question; 0: all)")
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    args = locomo.cost_arguments(__doc__.split("\n")[0]).parse_args(argv)
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="mdm-usage-cost-") as tmp:
         root = Path(tmp)

@@ -15,7 +15,6 @@ table after both have stopped).
 
 from __future__ import annotations
 
-import argparse
 import http.client
 import json
 import os
@@ -40,18 +39,10 @@ MODES: dict[str, list[tuple[str, Any]]] = {"off": [("memorySearch.usage.enabled"
 
 
 def write_config(root: Path, workspace: Path, model: Path, provider: str, mode: str, workers: int | None) -> Path:
-    settings = [
-        ("memorySearch.provider", provider),
-        ("memorySearch.store.path", str(root / "index.sqlite")),
-        *MODES[mode],
-    ]
-    tree = locomo.config_tree(workspace, model, settings)
-    tree["agents"]["list"] = [{"id": "main", "workspace": str(workspace)}]
+    top: dict[str, Any] = {"agents.list": [{"id": "main", "workspace": str(workspace)}]}
     if workers is not None:
-        tree["service"] = {"recallWorkers": workers}
-    config = root / f"config-{mode}.json"
-    config.write_text(json.dumps(tree), encoding="utf-8")
-    return config
+        top["service.recallWorkers"] = workers
+    return locomo.write_cost_config(root, workspace, model, provider, mode, MODES[mode], top)
 
 
 def recall_ms(server: Server, conn: http.client.HTTPConnection, text: str) -> float:
@@ -64,13 +55,8 @@ def recall_ms(server: Server, conn: http.client.HTTPConnection, text: str) -> fl
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=locomo.DEFAULT_DATA)
-    ap.add_argument("--model", type=Path, default=locomo.DEFAULT_MODEL)
-    ap.add_argument("--provider", choices=["local", "none"], default="local")
-    ap.add_argument("--questions", type=int, default=0, help="sample size (every k-th question; 0: all)")
+    ap = locomo.cost_arguments(__doc__.split("\n")[0])
     ap.add_argument("--recall-workers", type=int, default=None, help="service.recallWorkers (default: serve's own)")
-    ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     conversations = json.loads(args.data.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory(prefix="mdm-usage-serve-cost-") as tmp:
