@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -258,6 +258,22 @@ def fts5_phrase_bm25(chunks: list[tuple[str, str | None]], keys: list[str]) -> l
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+def insert_chunks(conn: Any, schema: str, chunks: Sequence[tuple[str, str | None]]) -> list[int]:
+    """``chunks`` (text, heading) as agent a1's generation 1 of memory/x.md, line after line, with their postings."""
+    with conn.transaction(), conn.cursor() as cur:
+        ids = []
+        for i, (text, heading) in enumerate(chunks):
+            cur.execute(
+                f"INSERT INTO {schema}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
+                "heading, text, tokens) VALUES ('a1', 1, 'memory/x.md', 'memory', %s, %s, 'h', 'e', %s, %s, 0) "
+                "RETURNING id",
+                (i + 1, i + 1, heading, text),
+            )
+            ids.append(int(cur.fetchone()[0]))
+        keyword.add_postings(cur, schema, "a1", 1, [(cid, t, h) for cid, (t, h) in zip(ids, chunks, strict=True)])
+    return ids
+
+
 @pytest.mark.parametrize(
     "keys",
     [
@@ -273,17 +289,7 @@ def fts5_phrase_bm25(chunks: list[tuple[str, str | None]], keys: list[str]) -> l
 def test_postgres_phrase_bm25_equals_fts5(pg: tuple[Any, str], keys: list[str]) -> None:
     conn, schema = pg
     chunks = PHRASE_TEXTS * 3
-    with conn.transaction(), conn.cursor() as cur:
-        ids = []
-        for i, (text, heading) in enumerate(chunks):
-            cur.execute(
-                f"INSERT INTO {schema}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
-                "heading, text, tokens) VALUES ('a1', 1, 'memory/x.md', 'memory', %s, %s, 'h', 'e', %s, %s, 0) "
-                "RETURNING id",
-                (i + 1, i + 1, heading, text),
-            )
-            ids.append(int(cur.fetchone()[0]))
-        keyword.add_postings(cur, schema, "a1", 1, [(cid, t, h) for cid, (t, h) in zip(ids, chunks, strict=True)])
+    ids = insert_chunks(conn, schema, chunks)
     by_key = dict(zip(keys, keyword_terms_of(keys), strict=True))
     terms = [ts[0] for ts in by_key.values() if len(ts) == 1]
     phrases = [ts for ts in by_key.values() if len(ts) > 1]
@@ -353,17 +359,7 @@ def test_an_index_written_before_positions_answers_without_phrases_until_rebuilt
     (the parts still do), rather than failing; the index identity makes the next sync rebuild it."""
     conn, schema = pg
     chunks = [("Nimbus-14 builds with Bazel", None), ("Nimbus-9 at 14:05", None)]
-    with conn.transaction(), conn.cursor() as cur:
-        ids = []
-        for i, (text, heading) in enumerate(chunks):
-            cur.execute(
-                f"INSERT INTO {schema}.chunks (agent_id, gen, path, source, start_line, end_line, hash, embed_hash, "
-                "heading, text, tokens) VALUES ('a1', 1, 'memory/x.md', 'memory', %s, %s, 'h', 'e', %s, %s, 0) "
-                "RETURNING id",
-                (i + 1, i + 1, heading, text),
-            )
-            ids.append(int(cur.fetchone()[0]))
-        keyword.add_postings(cur, schema, "a1", 1, [(cid, t, h) for cid, (t, h) in zip(ids, chunks, strict=True)])
+    ids = insert_chunks(conn, schema, chunks)
     with conn.cursor() as cur:
         assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu", "14"], 10) == 1
         assert keyword.phrase_frequency(cur, schema, "a1", 1, ["nimbu"], 10) == 2  # a phrase of one term
