@@ -132,10 +132,11 @@ def run_pack(
             f"budget of {best.budget_tokens} tokens"
         )
         notes = {**notes, "warnings": [*notes.get("warnings", []), warning]}
-    counted = used is not None and bool(pack.items) and used([(c.path, c.hash) for c in _item_chunks(pack.items, hits)])
+    sources = _item_chunks(pack.items, hits) if used is not None and pack.items else []
+    counted = bool(sources) and used is not None and used([(c.path, c.hash) for c in sources])
     body = pack.to_dict(trace)
     if trace:
-        body["refreshed"] = [_chunk_ref(c) for c in _item_chunks(pack.items, hits)] if counted else []
+        body["refreshed"] = [_chunk_ref(c) for c in sources] if counted else []
     head = {k: body.pop(k) for k in ("query", "budgetTokens", "usedTokens", "items", "bundleText")}
     if outcome.supersessions:
         for item, made in zip(head["items"], pack.items, strict=True):
