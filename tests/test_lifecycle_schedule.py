@@ -92,12 +92,15 @@ def test_a_failed_apply_is_retried_later_and_a_due_one_runs_once(tmp_path: Path)
     schedule = Schedule(agent, clock=lambda: now[0])
     calls: list[str] = []
 
+    token = "gh" + "p_" + "Zq8Wm3Kx7Lp2Vn9Rt4Bc6Yd1Hf5Js0Ga2" + "E"
+
     def failing() -> dict[str, Any]:
         calls.append("fail")
-        raise OSError("disk full")
+        raise OSError(f"disk full writing memory/deploy-{token}.md")
 
     event = schedule.run_if_due(failing)
-    assert event == {"event": "error", "agent": "main", "error": "lifecycle apply failed: disk full"}
+    assert event is not None and event["event"] == "error" and "disk full writing memory/deploy-" in event["error"]
+    assert token not in event["error"] and token[4:16] not in event["error"]  # a path naming a secret: redacted
     now[0] += RETRY_SECONDS - 1
     assert schedule.run_if_due(failing) is None and calls == ["fail"]  # not before the retry time
 

@@ -71,7 +71,9 @@ class Schedule:
             done = apply()
         except Exception as exc:  # noqa: BLE001 - the process goes on; tried again in RETRY_SECONDS
             self.not_before = now + RETRY_SECONDS
-            return {"event": "error", "agent": self.agent.id, "error": f"lifecycle apply failed: {exc}"}
+            from mdmem.util.redaction import redact  # a path in the message may name a secret
+
+            return {"event": "error", "agent": self.agent.id, "error": redact(f"lifecycle apply failed: {exc}")}
         self.not_before = 0.0  # its receipt says when the next one is due
         receipt = done["receipt"]
         return {
