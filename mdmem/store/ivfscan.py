@@ -1,0 +1,132 @@
+"""KNN over the inverted file of a large SQLite index (``mdmem.store.ivf``), held in memory.
+
+A query scores the centroids, takes the ``probes`` nearest lists, scores their vectors by their int8 codes
+(one matrix product over the codes of those lists, about ``probes / lists`` of the index), keeps the best
+``2 * want + 16`` and rescores those with their exact float vectors read from ``vectors``: the distances
+returned are exact, and a vector deleted since it was loaded is not found there, so it is masked and never
+returned (the selection runs again without it).
+
+The rows follow the ``vector_lists`` table incrementally, as ``mdmem.store.matrix`` follows ``vectors``:
+ids are never reused, so rows above the largest id held are new ones (appended, and scanned in full until
+the next sort by list); deleted ones are found when they come up as candidates, or by a recount when the
+table holds fewer rows than the live ones held by more than a tenth. A new training (another ``stamp`` in
+the meta record) drops everything held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import sqlean
+
+FETCH = 50_000  # rows read per fetch while loading
+Rescore = Callable[[Sequence[int]], dict[int, tuple[int, float]]]  # vector ids -> {id: (chunk id, cosine)}
+
+
+class ListScan:
+    """The vectors of one connection's index by list: ids, owners (chunk ids), lists, scales and int8 codes."""
+
+    def __init__(self, dims: int, stamp: Any, cents: np.ndarray) -> None:
+        self.dims, self.stamp, self.cents = dims, stamp, np.ascontiguousarray(cents, dtype=np.float32)
+        self.size = self.live_count = self.max_id = 0
+        self.ids = np.empty(0, dtype=np.int64)
+        self.owners = np.empty(0, dtype=np.int64)
+        self.lists = np.empty(0, dtype=np.int32)
+        self.scales = np.empty(0, dtype=np.float32)
+        self.codes = np.empty((0, dims), dtype=np.int8)
+        self.live = np.empty(0, dtype=bool)
+        self.sorted_upto = 0  # rows below it are in ``order`` (by list); the rest are scanned in full
+        self.order = np.empty(0, dtype=np.int64)
+        self.starts = np.zeros(len(cents) + 1, dtype=np.int64)
+
+    def sync(self, conn: sqlean.Connection, table_count: int) -> None:
+        """Catch up with ``vector_lists``: append new rows, recount when deletions went unseen."""
+        cur = conn.execute(
+            "SELECT l.id, v.chunk_id, l.list, l.scale, l.code FROM vector_lists l JOIN vectors v ON v.id = l.id "
+            "WHERE l.id > ? ORDER BY l.id",
+            (self.max_id,),
+        )
+        while rows := cur.fetchmany(FETCH):
+            self._append(rows)
+        if self.live_count - table_count > max(16, self.live_count // 10):
+            present = np.fromiter((r[0] for r in conn.execute("SELECT id FROM vector_lists")), dtype=np.int64)
+            self.live[: self.size] &= np.isin(self.ids[: self.size], present, assume_unique=True)
+            self.live_count = int(self.live[: self.size].sum())
+        if self.size - self.sorted_upto > max(4096, self.size // 16) or self.size < self.sorted_upto:
+            self._sort()
+
+    def _append(self, rows: list[Any]) -> None:
+        n = len(rows)
+        need = self.size + n
+        if need > len(self.ids):  # grow geometrically: appends stay amortised O(rows added)
+            cap = max(need, int(len(self.ids) * 1.25) + 1024)
+            self.ids, self.owners = _grown(self.ids, cap), _grown(self.owners, cap)
+            self.lists, self.scales, self.live = (
+                _grown(self.lists, cap),
+                _grown(self.scales, cap),
+                _grown(self.live, cap),
+            )
+            self.codes = _grown(self.codes, cap)
+        s = slice(self.size, need)
+        self.ids[s] = [r[0] for r in rows]
+        self.owners[s] = [r[1] for r in rows]
+        self.lists[s] = [r[2] for r in rows]
+        self.scales[s] = [r[3] for r in rows]
+        self.codes[s] = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.int8).reshape(n, self.dims)
+        self.live[s] = True
+        self.size, self.live_count, self.max_id = need, self.live_count + n, int(rows[-1][0])
+
+    def _sort(self) -> None:
+        """Group the rows held by list (dead ones dropped first when they are many)."""
+        if self.live_count < self.size * 0.9:
+            keep = np.flatnonzero(self.live[: self.size])
+            self.ids, self.owners, self.lists = self.ids[keep], self.owners[keep], self.lists[keep]
+            self.scales, self.codes = self.scales[keep], self.codes[keep]
+            self.live = np.ones(len(keep), dtype=bool)
+            self.size = self.live_count = len(keep)
+        self.order = np.argsort(self.lists[: self.size], kind="stable")
+        self.starts = np.searchsorted(self.lists[: self.size][self.order], np.arange(len(self.cents) + 1))
+        self.sorted_upto = self.size
+
+    def nearest(self, query: np.ndarray, want: int, probes: int, rescore: Rescore) -> list[tuple[int, float]]:
+        """The ``want`` nearest live vectors of the ``probes`` lists nearest ``query``, as (chunk id, cosine
+        distance), nearest first; the distances are exact (``rescore`` reads the float vectors)."""
+        if self.live_count == 0 or want <= 0:
+            return []
+        q = np.asarray(query, dtype=np.float32)
+        q = q / (float(np.linalg.norm(q)) or 1.0)
+        near = self.cents @ q
+        probes = min(probes, len(near))
+        lists = np.argpartition(-near, probes - 1)[:probes] if probes < len(near) else np.arange(len(near))
+        rows = np.concatenate(
+            [self.order[self.starts[li] : self.starts[li + 1]] for li in lists]
+            + [np.arange(self.sorted_upto, self.size)]
+        )
+        rows = rows[self.live[rows]]
+        approx = (self.codes[rows].astype(np.float32) @ q) * self.scales[rows]
+        found: dict[int, tuple[int, float]] = {}
+        while len(rows):
+            pick = min(len(rows), 2 * want + 16)
+            top = np.argpartition(-approx, pick - 1)[:pick] if pick < len(rows) else np.arange(len(rows))
+            got = rescore([int(i) for i in self.ids[rows[top]]])
+            found.update(got)
+            dead = [p for p in top if int(self.ids[rows[p]]) not in got]
+            if not dead:
+                break
+            self.live[rows[dead]] = False  # deleted since loaded: never a candidate again
+            self.live_count -= len(dead)
+            keep = np.ones(len(rows), dtype=bool)
+            keep[top] = False
+            rows, approx = rows[keep], approx[keep]
+        ranked = sorted(found.items(), key=lambda item: (-item[1][1], item[0]))[:want]
+        return [(cid, 1.0 - sim) for _, (cid, sim) in ranked]
+
+
+def _grown(a: np.ndarray, cap: int) -> np.ndarray:
+    out = np.empty((cap, *a.shape[1:]), dtype=a.dtype)
+    out[: len(a)] = a
+    return out
