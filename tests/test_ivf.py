@@ -3,8 +3,9 @@ and only at ``exactBelow`` vectors or more (smaller indexes answer exactly as be
 exact distances, every write reflected (a deleted vector never comes back, a new one is found at once), and
 a killed build, a build of another version's rows or vectors written without lists never give a wrong answer.
 
-The vectors are "sentence-like": topics (clusters) around a shared mean direction, as MiniLM's are (its
-vectors are not centred), so the lists are uneven as on real notes."""
+The vectors are "sentence-like": topics and subtopics (clusters within clusters) around a shared mean
+direction, as MiniLM's are (its vectors are not centred), some far more common than others, so the lists
+are uneven as on real notes."""
 
 from __future__ import annotations
 
@@ -22,12 +23,13 @@ PER_FILE = 50
 SMALL = IvfConfig(exact_below=1000, probes=12)
 
 
-def sentences(rng: np.random.Generator, n: int, topics: int = 60) -> np.ndarray:
-    mean = rng.normal(size=DIMS).astype(np.float32) * 0.8
-    centres = rng.normal(size=(topics, DIMS)).astype(np.float32)
-    sizes = rng.zipf(1.6, size=topics).astype(np.float64)  # some topics far more common than others
-    topic = rng.choice(topics, size=n, p=sizes / sizes.sum())
-    v = mean + centres[topic] + 0.7 * rng.normal(size=(n, DIMS)).astype(np.float32)
+def sentences(rng: np.random.Generator, n: int, topics: int = 40, subtopics: int = 25) -> np.ndarray:
+    mean = rng.normal(size=DIMS).astype(np.float32)
+    centres = mean + rng.normal(size=(topics, DIMS)).astype(np.float32)
+    subs = centres.repeat(subtopics, axis=0) + 0.6 * rng.normal(size=(topics * subtopics, DIMS)).astype(np.float32)
+    sizes = rng.zipf(1.6, size=len(subs)).astype(np.float64).clip(max=200)  # some far more common than others
+    sub = rng.choice(len(subs), size=n, p=sizes / sizes.sum())
+    v = subs[sub] + 0.5 * rng.normal(size=(n, DIMS)).astype(np.float32)
     return (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
 
 
@@ -66,7 +68,9 @@ def test_lists_find_the_exact_neighbours_with_exact_distances(tmp_path: Path) ->
         meta = s.get_meta("vector_lists")
         assert meta["complete"] and meta["lists"] == ivf_mod.list_count(4000) and meta["trained"] == 4000
         warm(s, rng)
-        assert s.vectors.scan is not None and s.vectors.scan.live_count == 4000
+        scan = s.vectors.scan
+        assert scan is not None and scan.live_count == 4000
+        assert scan.sorted_upto == 4000 and SMALL.probes < meta["lists"] // 4  # a search reads a few lists only
         ids = chunk_ids(s)
         for k in (10, 24, 96):
             hits = 0

@@ -412,7 +412,7 @@ class Store:
         self.lifecycle.settle()
         with self.lifecycle.embedding_turn() as mine:
             if mine and not self.readonly:
-                self.vector_writes.settle(self.vectors.lists.exact_below)
+                self.vector_writes.settle(self.vectors.ivf.exact_below)
 
     def begin_rebuild(self) -> Store:
         fresh = self.lifecycle.begin_rebuild()

@@ -39,24 +39,29 @@ class ListScan:
         self.scales = np.empty(0, dtype=np.float32)
         self.codes = np.empty((0, dims), dtype=np.int8)
         self.live = np.empty(0, dtype=bool)
-        self.sorted_upto = 0  # rows below it are in ``order`` (by list); the rest are scanned in full
-        self.order = np.empty(0, dtype=np.int64)
+        self.sorted_upto = 0  # rows below it are grouped by list (``starts``); the rest are scanned in full
         self.starts = np.zeros(len(cents) + 1, dtype=np.int64)
 
     def sync(self, conn: sqlean.Connection, table_count: int) -> None:
-        """Catch up with ``vector_lists``: append new rows, recount when deletions went unseen."""
+        """Catch up with ``vector_lists``: append new rows, recount when deletions went unseen. The first
+        load reads the rows list by list, so they are held grouped by list from the start."""
+        first = self.size == 0
         cur = conn.execute(
             "SELECT l.id, v.chunk_id, l.list, l.scale, l.code FROM vector_lists l JOIN vectors v ON v.id = l.id "
-            "WHERE l.id > ? ORDER BY l.id",
+            f"WHERE l.id > ? ORDER BY {'l.list, l.id' if first else 'l.id'}",
             (self.max_id,),
         )
         while rows := cur.fetchmany(FETCH):
             self._append(rows)
+        if first:
+            self.max_id = int(self.ids[: self.size].max()) if self.size else 0
+            self.starts = np.searchsorted(self.lists[: self.size], np.arange(len(self.cents) + 1))
+            self.sorted_upto = self.size
         if self.live_count - table_count > max(16, self.live_count // 10):
             present = np.fromiter((r[0] for r in conn.execute("SELECT id FROM vector_lists")), dtype=np.int64)
             self.live[: self.size] &= np.isin(self.ids[: self.size], present, assume_unique=True)
             self.live_count = int(self.live[: self.size].sum())
-        if self.size - self.sorted_upto > max(4096, self.size // 16) or self.size < self.sorted_upto:
+        if self.size - self.sorted_upto > max(4096, self.size // 64):
             self._sort()
 
     def _append(self, rows: list[Any]) -> None:
@@ -81,16 +86,14 @@ class ListScan:
         self.size, self.live_count, self.max_id = need, self.live_count + n, int(rows[-1][0])
 
     def _sort(self) -> None:
-        """Group the rows held by list (dead ones dropped first when they are many)."""
-        if self.live_count < self.size * 0.9:
-            keep = np.flatnonzero(self.live[: self.size])
-            self.ids, self.owners, self.lists = self.ids[keep], self.owners[keep], self.lists[keep]
-            self.scales, self.codes = self.scales[keep], self.codes[keep]
-            self.live = np.ones(len(keep), dtype=bool)
-            self.size = self.live_count = len(keep)
-        self.order = np.argsort(self.lists[: self.size], kind="stable")
-        self.starts = np.searchsorted(self.lists[: self.size][self.order], np.arange(len(self.cents) + 1))
-        self.sorted_upto = self.size
+        """Hold the rows grouped by list (a contiguous block each), the dead ones dropped."""
+        keep = np.flatnonzero(self.live[: self.size])
+        keep = keep[np.argsort(self.lists[keep], kind="stable")]
+        self.ids, self.owners, self.lists = self.ids[keep], self.owners[keep], self.lists[keep]
+        self.scales, self.codes = self.scales[keep], self.codes[keep]
+        self.live = np.ones(len(keep), dtype=bool)
+        self.size = self.live_count = self.sorted_upto = len(keep)
+        self.starts = np.searchsorted(self.lists, np.arange(len(self.cents) + 1))
 
     def nearest(self, query: np.ndarray, want: int, probes: int, rescore: Rescore) -> list[tuple[int, float]]:
         """The ``want`` nearest live vectors of the ``probes`` lists nearest ``query``, as (chunk id, cosine
@@ -102,12 +105,14 @@ class ListScan:
         near = self.cents @ q
         probes = min(probes, len(near))
         lists = np.argpartition(-near, probes - 1)[:probes] if probes < len(near) else np.arange(len(near))
-        rows = np.concatenate(
-            [self.order[self.starts[li] : self.starts[li + 1]] for li in lists]
-            + [np.arange(self.sorted_upto, self.size)]
-        )
-        rows = rows[self.live[rows]]
-        approx = (self.codes[rows].astype(np.float32) @ q) * self.scales[rows]
+        blocks = [(int(self.starts[li]), int(self.starts[li + 1])) for li in lists]
+        blocks.append((self.sorted_upto, self.size))
+        rows = np.concatenate([np.arange(a, b) for a, b in blocks])
+        # block by block: an int8 block converted to float32 stays in the cache for its product
+        approx = np.concatenate([self.codes[a:b].astype(np.float32) @ q for a, b in blocks]) * self.scales[rows]
+        alive = self.live[rows]
+        if not alive.all():
+            rows, approx = rows[alive], approx[alive]
         found: dict[int, tuple[int, float]] = {}
         while len(rows):
             pick = min(len(rows), 2 * want + 16)

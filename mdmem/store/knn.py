@@ -32,12 +32,12 @@ class VectorReads:
     count, ``chunk_count`` counts the chunks. ``matrix`` is the vectors held in memory, once loaded."""
 
     def __init__(
-        self, db: SqliteDb, writes: VectorWrites, chunk_count: Callable[[], int], lists: IvfConfig | None = None
+        self, db: SqliteDb, writes: VectorWrites, chunk_count: Callable[[], int], ivf: IvfConfig | None = None
     ) -> None:
         self.db = db
         self.writes = writes
         self.chunk_count = chunk_count
-        self.lists = lists or IvfConfig()
+        self.ivf = ivf or IvfConfig()
         self.matrix: VectorMatrix | None = None  # the vectors in memory for KNN, opened on first use
         self.matrix_key: tuple[int, int] | None = None
         self.scan: ListScan | None = None  # the inverted file in memory (large indexes), opened on first use
@@ -83,7 +83,7 @@ class VectorReads:
         scan = self._list_scan(stored)
         matrix = self._vector_matrix(stored) if scan is None else None
         if scan is not None:
-            hits = scan.nearest(query, want, self.lists.probes, functools.partial(self._rescore, query))
+            hits = scan.nearest(query, want, self.ivf.probes, functools.partial(self._rescore, query))
         elif matrix is not None:
             hits = matrix.nearest(query, want)
         elif not self.writes.has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
@@ -142,7 +142,7 @@ class VectorReads:
         from mdmem.store.ivfscan import ListScan
 
         meta = ivf.state(self.db)
-        if stored < self.lists.exact_below or meta is None or not meta.get("complete") or self.knn_calls < 2:
+        if stored < self.ivf.exact_below or meta is None or not meta.get("complete") or self.knn_calls < 2:
             self.scan = None
             return None
         key = self.db.version()
