@@ -8,8 +8,9 @@ returned (the selection runs again without it).
 
 The rows follow the ``vector_lists`` table incrementally, as ``mdmem.store.matrix`` follows ``vectors``:
 ids are never reused, so rows above the largest id held are new ones (appended, and scanned in full until
-the next sort by list); deleted ones are found when they come up as candidates, or by a recount when the
-table holds fewer rows than the live ones held by more than a tenth. A new training (another ``stamp`` in
+the next grouping by list, each list's rows then one block); their chunk ids are read apart, from the
+``vectors`` index that holds both (its rows are large); deleted ones are found when they come up as
+candidates, or by a recount when the table holds fewer rows than the live ones held by more than a tenth. A new training (another ``stamp`` in
 the meta record) drops everything held.
 """
 
@@ -43,45 +44,50 @@ class ListScan:
         self.starts = np.zeros(len(cents) + 1, dtype=np.int64)
 
     def sync(self, conn: sqlean.Connection, table_count: int) -> None:
-        """Catch up with ``vector_lists``: append new rows, recount when deletions went unseen. The first
-        load reads the rows list by list, so they are held grouped by list from the start."""
-        first = self.size == 0
-        cur = conn.execute(
-            "SELECT l.id, v.chunk_id, l.list, l.scale, l.code FROM vector_lists l JOIN vectors v ON v.id = l.id "
-            f"WHERE l.id > ? ORDER BY {'l.list, l.id' if first else 'l.id'}",
-            (self.max_id,),
-        )
+        """Catch up with ``vector_lists``: append new rows, recount when deletions went unseen."""
+        first, start = self.size == 0, self.size
+        if first:
+            self._reserve(table_count + 1024)
+        cur = conn.execute("SELECT id, list, scale, code FROM vector_lists WHERE id > ? ORDER BY id", (self.max_id,))
         while rows := cur.fetchmany(FETCH):
             self._append(rows)
-        if first:
-            self.max_id = int(self.ids[: self.size].max()) if self.size else 0
-            self.starts = np.searchsorted(self.lists[: self.size], np.arange(len(self.cents) + 1))
-            self.sorted_upto = self.size
+        if self.size > start:
+            self._own(conn, start, first)
         if self.live_count - table_count > max(16, self.live_count // 10):
             present = np.fromiter((r[0] for r in conn.execute("SELECT id FROM vector_lists")), dtype=np.int64)
             self.live[: self.size] &= np.isin(self.ids[: self.size], present, assume_unique=True)
             self.live_count = int(self.live[: self.size].sum())
-        if self.size - self.sorted_upto > max(4096, self.size // 64):
+        if first or self.size - self.sorted_upto > max(4096, self.size // 64):
             self._sort()
+
+    def _own(self, conn: sqlean.Connection, start: int, first: bool) -> None:
+        """The chunk ids of the rows from ``start`` on: read apart (the ``vectors`` rows are large; their
+        chunk index holds both ids), a row whose vector is gone meanwhile is dead."""
+        sql = "SELECT id, chunk_id FROM vectors" + ("" if first else " WHERE id >= ?")
+        got = conn.execute(sql, () if first else (int(self.ids[start]),)).fetchall()
+        pairs = np.array(got, dtype=np.int64).reshape(-1, 2)
+        pairs = pairs[np.argsort(pairs[:, 0])]
+        ids = self.ids[start : self.size]
+        at = np.minimum(np.searchsorted(pairs[:, 0], ids), max(len(pairs) - 1, 0))
+        found = (pairs[at, 0] == ids) if len(pairs) else np.zeros(len(ids), dtype=bool)
+        self.owners[start : self.size] = np.where(found, pairs[at, 1] if len(pairs) else 0, -1)
+        self.live[start : self.size] &= found
+        self.live_count -= int((~found).sum())
+
+    def _reserve(self, cap: int) -> None:
+        self.ids, self.owners, self.lists = _grown(self.ids, cap), _grown(self.owners, cap), _grown(self.lists, cap)
+        self.scales, self.live, self.codes = _grown(self.scales, cap), _grown(self.live, cap), _grown(self.codes, cap)
 
     def _append(self, rows: list[Any]) -> None:
         n = len(rows)
         need = self.size + n
         if need > len(self.ids):  # grow geometrically: appends stay amortised O(rows added)
-            cap = max(need, int(len(self.ids) * 1.25) + 1024)
-            self.ids, self.owners = _grown(self.ids, cap), _grown(self.owners, cap)
-            self.lists, self.scales, self.live = (
-                _grown(self.lists, cap),
-                _grown(self.scales, cap),
-                _grown(self.live, cap),
-            )
-            self.codes = _grown(self.codes, cap)
+            self._reserve(max(need, int(len(self.ids) * 1.25) + 1024))
         s = slice(self.size, need)
         self.ids[s] = [r[0] for r in rows]
-        self.owners[s] = [r[1] for r in rows]
-        self.lists[s] = [r[2] for r in rows]
-        self.scales[s] = [r[3] for r in rows]
-        self.codes[s] = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.int8).reshape(n, self.dims)
+        self.lists[s] = [r[1] for r in rows]
+        self.scales[s] = [r[2] for r in rows]
+        self.codes[s] = np.frombuffer(b"".join(r[3] for r in rows), dtype=np.int8).reshape(n, self.dims)
         self.live[s] = True
         self.size, self.live_count, self.max_id = need, self.live_count + n, int(rows[-1][0])
 
