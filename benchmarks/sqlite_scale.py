@@ -210,7 +210,13 @@ def search(args: argparse.Namespace) -> None:
         modes.add(got.get("mode", "?"))
         t0 = time.perf_counter()
         hybrid.search(
-            store, text, query_vector=None, max_results=cfg.max_results, min_score=cfg.min_score, hybrid=cfg.hybrid
+            store,
+            text,
+            query_vector=None,
+            max_results=cfg.max_results,
+            min_score=cfg.min_score,
+            hybrid=cfg.hybrid,
+            keyword_score=cfg.keyword_score,
         )
         words.append((time.perf_counter() - t0) * 1000)
         t0 = time.perf_counter()
