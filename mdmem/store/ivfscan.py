@@ -2,7 +2,7 @@
 
 A query scores the centroids, takes the ``probes`` nearest lists, scores their vectors by their int8 codes
 (one matrix product over the codes of those lists, about ``probes / lists`` of the index), keeps the best
-``2 * want + 16`` and rescores those with their exact float vectors read from ``vectors``: the distances
+``want + max(16, want / 2)`` and rescores those with their exact float vectors read from ``vectors``: the distances
 returned are exact, and a vector deleted since it was loaded is not found there, so it is masked and never
 returned (the selection runs again without it).
 
@@ -121,7 +121,7 @@ class ListScan:
             rows, approx = rows[alive], approx[alive]
         found: dict[int, tuple[int, float]] = {}
         while len(rows):
-            pick = min(len(rows), 2 * want + 16)
+            pick = min(len(rows), want + max(16, want // 2))
             top = np.argpartition(-approx, pick - 1)[:pick] if pick < len(rows) else np.arange(len(rows))
             got = rescore([int(i) for i in self.ids[rows[top]]])
             found.update(got)
