@@ -1,17 +1,17 @@
 """KNN over the inverted file of a large SQLite index (``mdmem.store.ivf``), held in memory.
 
 A query scores the centroids, takes the ``probes`` nearest lists, scores their vectors by their int8 codes
-(one matrix product over the codes of those lists, about ``probes / lists`` of the index), keeps the best
-``want + max(16, want / 2)`` and rescores those with their exact float vectors read from ``vectors``: the distances
-returned are exact, and a vector deleted since it was loaded is not found there, so it is masked and never
-returned (the selection runs again without it).
+(one block a list, converted and multiplied in cache: about ``probes / lists`` of the index), keeps the
+best ``want + max(16, want / 2)`` and rescores those with their exact float vectors read from ``vectors``:
+the distances returned are exact, and a vector deleted since it was loaded is not found there, so it is
+masked and never returned (the selection runs again without it).
 
 The rows follow the ``vector_lists`` table incrementally, as ``mdmem.store.matrix`` follows ``vectors``:
 ids are never reused, so rows above the largest id held are new ones (appended, and scanned in full until
-the next grouping by list, each list's rows then one block); their chunk ids are read apart, from the
-``vectors`` index that holds both (its rows are large); deleted ones are found when they come up as
-candidates, or by a recount when the table holds fewer rows than the live ones held by more than a tenth. A new training (another ``stamp`` in
-the meta record) drops everything held.
+the next grouping by list); their chunk ids are read apart, from the ``vectors`` index that holds both (its
+rows are large). Deleted ones are found when they come up as candidates, or by a recount when the table
+holds fewer rows than the live ones held by more than a tenth. A new training (another ``stamp`` in the
+meta record) drops everything held.
 """
 
 from __future__ import annotations
