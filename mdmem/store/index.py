@@ -410,6 +410,8 @@ class Store:
     def settle(self) -> None:
         """File the vectors of a large index into lists (mdmem.store.ivf), one process at a time."""
         self.lifecycle.settle()
+        if self.readonly or not self.vector_writes.needs_settle(self.vectors.ivf.exact_below):
+            return  # nothing to do: no lock taken (a sync on every search asks)
         with self.lifecycle.embedding_turn() as mine:
             if mine and not self.readonly:
                 self.vector_writes.settle(self.vectors.ivf.exact_below)

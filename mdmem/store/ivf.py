@@ -96,11 +96,28 @@ def _write(db: SqliteDb, ids: list[int], vectors: np.ndarray, cents: np.ndarray)
     )
 
 
-def settle(db: SqliteDb, exact_below: int, vectors: int) -> bool:
-    """Build, go on building or retrain the lists when the index is large enough; True when it wrote."""
-    meta = state(db)
+def listed(db: SqliteDb) -> int:
+    """How many vectors the lists hold (remembered until the index changes)."""
+    count = db.memoised("listed", lambda: db.conn.execute("SELECT count(*) FROM vector_lists").fetchone()[0])
+    return int(count)
+
+
+def needs_settle(db: SqliteDb, exact_below: int, vectors: int) -> bool:
+    """Whether ``settle`` has work: a large index without complete lists, grown since training, or with
+    vectors the lists miss. Cheap (remembered counts): a sync asks it every time."""
     if vectors < exact_below or vectors == 0:
         return False
+    meta = state(db)
+    if meta is None or not meta.get("complete") or vectors >= RETRAIN_GROWTH * int(meta.get("trained", 0)):
+        return True
+    return listed(db) != vectors
+
+
+def settle(db: SqliteDb, exact_below: int, vectors: int) -> bool:
+    """Build, go on building or retrain the lists when the index is large enough; True when it wrote."""
+    if not needs_settle(db, exact_below, vectors):
+        return False
+    meta = state(db)
     if meta is not None and meta.get("complete") and vectors < RETRAIN_GROWTH * int(meta.get("trained", 0)):
         return _file_unlisted(db)
     build(db, vectors, fresh=meta is None or bool(meta.get("complete")))

@@ -148,9 +148,7 @@ class VectorReads:
         key = self.db.version()
         if self.scan is not None and self.scan_key == key:
             return self.scan
-        listed = int(
-            self.db.memoised("listed", lambda: self.conn.execute("SELECT count(*) FROM vector_lists").fetchone()[0])
-        )
+        listed = ivf.listed(self.db)
         cents = ivf.centroids(self.db)
         if listed != stored or cents is None:  # vectors written without lists (an older mdmem): exact until settled
             self.scan = None

@@ -75,6 +75,9 @@ class VectorWrites:
             )
         ivf.add(self.db, ids, matrix)
 
+    def needs_settle(self, exact_below: int) -> bool:
+        return self.vec_dims() is not None and ivf.needs_settle(self.db, exact_below, self.vector_count())
+
     def settle(self, exact_below: int) -> bool:
         """Build or extend the inverted file of a large index (mdmem.store.ivf); True when it wrote."""
         if self.vec_dims() is None:
