@@ -222,3 +222,19 @@ def test_the_ivf_settings_are_validated(tmp_path: Path) -> None:
     )
     got = load_config(cfg).agent().memory_search.store.ivf
     assert got == IvfConfig(exact_below=200_000, probes=64)
+
+
+def test_a_rebuilt_index_is_swapped_in_with_its_lists(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    vecs = sentences(rng, 1500)
+    with Store(tmp_path / "a.sqlite", ivf=SMALL) as s:
+        write(s, vecs[:500])
+        s.settle()
+        assert s.get_meta("vector_lists") is None  # under exactBelow
+        fresh = s.begin_rebuild()
+        write(fresh, vecs)
+        s.finish_rebuild(fresh)
+        meta = s.get_meta("vector_lists")
+        assert meta is not None and meta["complete"] and meta["trained"] == 1500
+        warm(s, rng)
+        assert s.vectors.scan is not None and s.knn(vecs[1400], 3)[0][0] == chunk_ids(s)[1400]
