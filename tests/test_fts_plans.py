@@ -100,3 +100,39 @@ def test_split_rare_common() -> None:
     assert fts.split_rare_common({"a": 9000, "b": 4000, "c": 10, "z": 0}, rows) == (["c"], ["a", "b"])
     assert fts.split_rare_common({"a": 5000}, rows) is None  # one term: nothing to split
     assert fts.idf(rows, 9999) == fts.IDF_FLOOR
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_most_terms_first_scores_exactly_and_keeps_the_rows_holding_most_terms(
+    workspace: Path, make_memory: Callable[..., Memory], monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    """A large index's plan (forced on here): every row it returns has its exact BM25 and term set, rows
+    holding more of the terms come before any row left out, and it measures up to the exact top k."""
+    corpus(workspace, seed)
+    mem = make_memory(provider="none")
+    mem.sync()
+    keyword = mem.store.keyword_search
+    assert mem.store.keyword_matches(["w001", "w002"], 5) == keyword.keyword_matches(["w001", "w002"], 5)
+    monkeypatch.setattr(fts, "MOST_TERMS_MIN_CHUNKS", 1)
+    rng = random.Random(seed)
+    hits = total = used = 0
+    for _ in range(60):
+        terms = rng.sample(VOCAB[:12], rng.randint(2, 4))  # common terms only: no rare-first split
+        k = rng.choice([5, 10, 24])
+        want = expected(mem, terms, 100_000)  # every matching row, exactly ranked, with its terms
+        exact = {rid: (rank, held) for rid, rank, held in want}
+        got = keyword.most_terms_first(terms, k)
+        if got is None:  # too few rows hold two terms or more: the general plan answers, exactly
+            assert same(mem.store.keyword_matches(terms, k), want[:k])
+            continue
+        used += 1
+        assert len(got) == k and same(got, sorted(got, key=lambda r: (r[1], r[0])))
+        for rid, rank, held in got:
+            assert abs(rank - exact[rid][0]) <= 1e-9 * max(1.0, abs(rank)) and held == exact[rid][1]
+        fewest = min(len(held) for _, _, held in got)
+        left_out = [rid for rid, (_, held) in exact.items() if len(held) > fewest and rid not in {r for r, _, _ in got}]
+        assert not [rid for rid in left_out if exact[rid][0] < got[-1][1]]  # none better ranked and left out
+        hits += len({r for r, _, _ in got} & {r for r, _, _ in want[:k]})
+        total += k
+        assert mem.store.keyword_matches(terms, k) == got
+    assert used >= 20 and hits / total >= 0.8, (used, hits / max(total, 1))

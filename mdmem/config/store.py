@@ -58,6 +58,17 @@ class HnswConfig:
 
 
 @dataclass(frozen=True)
+class IvfConfig:
+    """The inverted file of a large SQLite index's vectors (``store.ivf``, SQLite only): an index of
+    ``exactBelow`` vectors or more is split into about sqrt(vectors) lists by k-means when a sync ends, and
+    a KNN search scores the vectors of the ``probes`` lists nearest the query (then rescores the best
+    exactly); smaller indexes are searched exactly. More probes: higher recall, slower searches."""
+
+    exact_below: int = 50_000
+    probes: int = 48
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     path: str = DEFAULT_STORE_PATH
     backend: StoreBackend = "sqlite"
@@ -65,6 +76,7 @@ class StoreConfig:
     schema: str = DEFAULT_SCHEMA
     max_connections: int = 16  # per process and database (PostgreSQL): one pool shared by every agent
     hnsw: HnswConfig = field(default_factory=HnswConfig)
+    ivf: IvfConfig = field(default_factory=IvfConfig)
 
 
 def shown_url(url: str) -> str:

@@ -73,6 +73,8 @@ RANGES: dict[str, Range] = {
     "store.hnsw.m": Range(2, 100),  # pgvector's bounds
     "store.hnsw.efConstruction": Range(4, 1000),
     "store.hnsw.efSearch": Range(1, 1000),
+    "store.ivf.exactBelow": Range(1_000),  # fewer vectors than this are always searched exactly
+    "store.ivf.probes": Range(1, 4096),
     "usage.flushSeconds": Range(0, 86_400),
     "lifecycle.tiers[].olderThanDays": Range(0, 100_000),
     "lifecycle.tiers[].unusedDays": Range(0, 100_000),

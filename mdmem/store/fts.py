@@ -15,6 +15,14 @@ term with exactly the values the OR query gives. Two plans use that:
   1))``. When the ``k``-th best row holding a rare term beats that bound, those ``k`` rows are exactly the
   top ``k``, found without scoring every row that holds a common term (a query whose terms are in
   thousands of chunks). Otherwise the general plan answers.
+- **Most terms first**, in an index of ``MOST_TERMS_MIN_CHUNKS`` chunks or more, when every term is common
+  (a million chunks: each of a question's 2-4 kept terms held by 25,000-70,000 of them, and the general plan
+  scoring all ~150,000 rows, ~200 ms): the rows holding all the terms are scored (one ``AND`` query, only
+  its rows ranked), then those holding all but one, and so on while fewer than ``MOST_TERMS_WIDEN * k`` rows
+  are found. Each row's score is its exact BM25 (an ``AND`` query of exactly the terms a row holds gives that
+  row the OR query's value); what is approximate is leaving out rows holding fewer terms, which a row with
+  many occurrences of few terms in a short text could beat. At 1M chunks it found .988 of the exact top 24
+  (docs/performance.md, "Large SQLite indexes"); smaller indexes keep the exact plans.
 """
 
 from __future__ import annotations
@@ -29,6 +37,9 @@ MAX_REMEMBERED_TERMS = 4096  # document frequencies kept between searches (clear
 BM25_K1 = 1.2  # FTS5's bm25() constants (fts5_aux.c): its idf floor and k1
 IDF_FLOOR = 1e-6
 RARE_SHARE = 0.5  # the common terms' bound must stay under this share of the rarest rare term's idf
+MOST_TERMS_MIN_CHUNKS = 200_000  # smaller indexes rank every matching row (exact)
+MOST_TERMS_WIDEN = 4  # rows scored before the most-terms plan stops: this many times k
+MOST_TERMS_MAX = 5  # more distinct terms than this: the general plan (the AND queries would be too many)
 _SCORED = "SELECT rowid AS r, bm25(chunks_fts, 1.0, 0.5) AS s,"
 _WHERE = "FROM chunks_fts WHERE chunks_fts MATCH ?"
 _RANKED = "SELECT rowid, bm25(chunks_fts, 1.0, 0.5) AS rank FROM chunks_fts WHERE chunks_fts MATCH ?"
@@ -112,6 +123,8 @@ class FtsSearch:
         if len(unique) == 1:  # (one arm would be flattened into the aggregate, where bm25() cannot run)
             return [(rid, rank, {unique[0]}) for rid, rank in self.keyword(unique, k)]
         quick = self.rare_first(unique, k)
+        if quick is None and self.chunk_count() >= MOST_TERMS_MIN_CHUNKS:
+            quick = self.most_terms_first(unique, k)
         if quick is not None:
             return quick
         arms = " UNION ALL ".join(f"{_SCORED} {i} AS t {_WHERE}" for i in range(len(unique)))
@@ -153,6 +166,28 @@ class FtsSearch:
         if scores[top[-1]] >= -bound:
             return None
         return [(rid, scores[rid], held[rid]) for rid in top]
+
+    def most_terms_first(self, terms: list[str], k: int) -> list[tuple[int, float, set[str]]] | None:
+        """The most-terms-first plan (module docstring); None when the general plan should answer."""
+        from itertools import combinations
+
+        rows = self.chunk_count()
+        present = [t for t in terms if self._rows_matching(fts_match([t]) or "", rows + 1) > 0]
+        if not 2 <= len(present) <= MOST_TERMS_MAX:
+            return None
+        scores: dict[int, float] = {}
+        held: dict[int, set[str]] = {}
+        with self._snapshot():
+            for size in range(len(present), 1, -1):  # rows holding one term only: the general plan
+                for group in combinations(present, size):
+                    match = " AND ".join(fts_match([t]) or "" for t in group)
+                    for rid, rank in self.conn.execute(_RANKED, (match,)):
+                        if rid not in scores:  # found first by the query of every term it holds
+                            scores[rid], held[rid] = float(rank), set(group)
+                if len(scores) >= MOST_TERMS_WIDEN * k:
+                    top = sorted(scores, key=lambda rid: (scores[rid], rid))[:k]
+                    return [(int(rid), scores[rid], held[rid]) for rid in top]
+        return None
 
     def _snapshot(self) -> Any:
         """A read transaction: the statements of one plan see one state of the index."""

@@ -10,6 +10,7 @@ by its parts over the one open index (``SqliteDb``), each in its own module — 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -39,6 +40,7 @@ from mdmem.util.errors import StoreError
 if TYPE_CHECKING:
     import numpy as np
 
+    from mdmem.config.store import IvfConfig
     from mdmem.store.api import IndexStore
 
 WRITE_RETRY_SECONDS = 5.0  # a writer opened read-only checks this often whether it can write again
@@ -52,7 +54,7 @@ _SHORT_REASONS = {  # why a writer fell back to read-only, for messages that alr
 class Store:
     """One agent's SQLite index. Every write to a file's rows happens in one transaction."""
 
-    def __init__(self, path: Path | str, *, readonly: bool = False) -> None:
+    def __init__(self, path: Path | str, *, readonly: bool = False, ivf: IvfConfig | None = None) -> None:
         """Open (creating and migrating as needed) the index at ``path``.
 
         A writer whose file or folder cannot be written (permissions, an immutable or read-only file
@@ -68,13 +70,13 @@ class Store:
         self.db = SqliteDb(self.path)
         self.keyword_search = FtsSearch(self.db, self.chunk_count)
         self.vector_writes = VectorWrites(self.db)
-        self.vectors = VectorReads(self.db, self.vector_writes, self.chunk_count)
+        self.vectors = VectorReads(self.db, self.vector_writes, self.chunk_count, ivf)
         self.cache = EmbeddingCache(self.db)
         self.supersessions = SqliteSupersessions(self.db)
         self.links = SqliteLinks(self.db)
         self.file_rows = SqliteFiles(self.db, self.vector_writes, self.supersessions, self.links)
         self.usage = SqliteUsage(self.db)
-        self.lifecycle = SqliteLifecycle(self.path, Store, self.reopen)
+        self.lifecycle = SqliteLifecycle(self.path, functools.partial(Store, ivf=ivf), self.reopen)
         self.db.conn = self._open()
 
     @property
@@ -334,7 +336,13 @@ class Store:
         self.lifecycle.tidy()
 
     def settle(self) -> None:
+        """File the vectors of a large index into lists (mdmem.store.ivf), one process at a time."""
         self.lifecycle.settle()
+        if self.readonly or not self.vector_writes.needs_settle(self.vectors.ivf.exact_below):
+            return  # nothing to do: no lock taken (a sync on every search asks)
+        with self.lifecycle.embedding_turn() as mine:
+            if mine and not self.readonly:
+                self.vector_writes.settle(self.vectors.ivf.exact_below)
 
     def begin_rebuild(self) -> Store:
         fresh = self.lifecycle.begin_rebuild()
@@ -342,6 +350,7 @@ class Store:
         return fresh
 
     def finish_rebuild(self, built: IndexStore) -> None:
+        built.settle()  # the new generation's lists, before it answers searches
         self.lifecycle.finish_rebuild(built)
 
     def abandon_rebuild(self, built: IndexStore) -> None:

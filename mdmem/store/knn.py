@@ -7,6 +7,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from mdmem.config.store import IvfConfig
 from mdmem.store.sql import rows_in
 from mdmem.store.sqlite_db import SqliteDb
 from mdmem.store.vectors import cosine_similarities, decode_vector, encode_vector
@@ -15,6 +16,7 @@ from mdmem.store.vecwrite import VectorWrites
 if TYPE_CHECKING:
     import numpy as np
 
+    from mdmem.store.ivfscan import ListScan
     from mdmem.store.matrix import VectorMatrix
     from mdmem.store.rows import ChunkVectors
 
@@ -29,12 +31,17 @@ class VectorReads:
     """Reads of the SQLite store's vectors, on its open index ``db``; ``writes`` knows their dimensions and
     count, ``chunk_count`` counts the chunks. ``matrix`` is the vectors held in memory, once loaded."""
 
-    def __init__(self, db: SqliteDb, writes: VectorWrites, chunk_count: Callable[[], int]) -> None:
+    def __init__(
+        self, db: SqliteDb, writes: VectorWrites, chunk_count: Callable[[], int], ivf: IvfConfig | None = None
+    ) -> None:
         self.db = db
         self.writes = writes
         self.chunk_count = chunk_count
+        self.ivf = ivf or IvfConfig()
         self.matrix: VectorMatrix | None = None  # the vectors in memory for KNN, opened on first use
         self.matrix_key: tuple[int, int] | None = None
+        self.scan: ListScan | None = None  # the inverted file in memory (large indexes), opened on first use
+        self.scan_key: tuple[int, int] | None = None
         self.knn_calls = 0
         db.on_reset(self.forget_matrix)
 
@@ -44,6 +51,7 @@ class VectorReads:
 
     def forget_matrix(self) -> None:
         self.matrix = None
+        self.scan = None
 
     def vec_dims(self) -> int | None:
         return self.writes.vec_dims()
@@ -67,12 +75,16 @@ class VectorReads:
         import numpy as np
 
         query = np.asarray(query, dtype=np.float32)
+        self.knn_calls += 1
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
         stored = self.vector_count()
-        matrix = self._vector_matrix(stored)
-        if matrix is not None:
+        scan = self._list_scan(stored)
+        matrix = self._vector_matrix(stored) if scan is None else None
+        if scan is not None:
+            hits = scan.nearest(query, want, self.ivf.probes, functools.partial(self._rescore, query))
+        elif matrix is not None:
             hits = matrix.nearest(query, want)
         elif not self.writes.has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
@@ -109,7 +121,6 @@ class VectorReads:
         once, so only a store that searches again (a server, a daemon, a benchmark) holds them."""
         from mdmem.store import matrix
 
-        self.knn_calls += 1
         dims = self.vec_dims()
         if dims is None or self.knn_calls < 2 or not matrix.VectorMatrix.fits(stored, int(dims)):
             self.matrix = None
@@ -121,6 +132,40 @@ class VectorReads:
             self.matrix.sync(self.conn)
             self.matrix_key = key
         return self.matrix
+
+    def _list_scan(self, stored: int) -> ListScan | None:
+        """The inverted file in memory (mdmem.store.ivfscan), caught up with the index, for an index of
+        ``exactBelow`` vectors or more whose lists are complete and cover every vector; else None (exact
+        search, or the 1-bit coarse pass while a first build is under way). Not on a connection's first KNN
+        (see ``_vector_matrix``): loading it costs a few seconds at a million vectors."""
+        from mdmem.store import ivf
+        from mdmem.store.ivfscan import ListScan
+
+        meta = ivf.state(self.db)
+        if stored < self.ivf.exact_below or meta is None or not meta.get("complete") or self.knn_calls < 2:
+            self.scan = None
+            return None
+        key = self.db.version()
+        if self.scan is not None and self.scan_key == key:
+            return self.scan
+        listed = ivf.listed(self.db)
+        cents = ivf.centroids(self.db)
+        if listed != stored or cents is None:  # vectors written without lists (an older mdmem): exact until settled
+            self.scan = None
+            return None
+        if self.scan is None or self.scan.stamp != meta.get("stamp") or self.scan.dims != cents.shape[1]:
+            self.scan = ListScan(int(cents.shape[1]), meta.get("stamp"), cents)
+        self.scan.sync(self.conn, listed)
+        self.scan_key = key
+        return self.scan
+
+    def _rescore(self, query: np.ndarray, ids: Sequence[int]) -> dict[int, tuple[int, float]]:
+        """{vector id: (chunk id, exact cosine similarity)} for the ``ids`` still in ``vectors``."""
+        rows = list(rows_in(self.conn, "SELECT id, chunk_id, embedding FROM vectors WHERE id IN ({marks})", ids))
+        if not rows:
+            return {}
+        sims = cosine_similarities([r[2] for r in rows], query)
+        return {int(r[0]): (int(r[1]), float(sim)) for r, sim in zip(rows, sims, strict=True)}
 
     def chunk_similarities(self, chunk_ids: Sequence[int], query: np.ndarray) -> dict[int, float]:
         """Cosine similarity of each chunk's best vector to ``query`` (for candidates found by keyword)."""

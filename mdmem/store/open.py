@@ -37,7 +37,7 @@ def open_store(agent: AgentConfig, backend: str | None = None) -> IndexStore:
         )
     from mdmem.store.index import Store
 
-    return Store(agent.store_path)
+    return Store(agent.store_path, ivf=settings.ivf)
 
 
 ENTRY_WAIT_SECONDS = 3.0  # for a pooled connection; then one of its own (a retain: 503 after this, not 10 s)

@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlean
 
+from mdmem.store import ivf
 from mdmem.store.rows import ChunkRow, ChunkVectors
 from mdmem.store.sqlite_db import SqliteDb
 from mdmem.store.vectors import encode_vector
@@ -72,6 +73,16 @@ class VectorWrites:
                 "INSERT INTO chunks_vec_bits(rowid, embedding) VALUES (?, vec_bit(?))",
                 [(i, c.tobytes()) for i, c in zip(ids, codes, strict=True)],
             )
+        ivf.add(self.db, ids, matrix)
+
+    def needs_settle(self, exact_below: int) -> bool:
+        return self.vec_dims() is not None and ivf.needs_settle(self.db, exact_below, self.vector_count())
+
+    def settle(self, exact_below: int) -> bool:
+        """Build or extend the inverted file of a large index (mdmem.store.ivf); True when it wrote."""
+        if self.vec_dims() is None:
+            return False
+        return ivf.settle(self.db, exact_below, self.vector_count())
 
     def vector_count(self) -> int:
         if self.vec_dims() is None:
