@@ -133,6 +133,43 @@ def test_a_deleted_vector_never_comes_back_and_a_new_one_is_found_at_once(tmp_pa
         assert all(d > 1e-4 for _, d in s.knn(q, 10))
 
 
+def test_a_search_started_ahead_scans_the_lists_in_another_thread_and_answers_as_knn(tmp_path: Path) -> None:
+    """``start_knn`` (what a hybrid search calls before its keyword half): the lists' scan runs in a worker
+    thread, the rescoring on the caller's connection when the answer is asked for; the answer is ``knn``'s,
+    and a file deleted by another connection in between is never in it."""
+    import threading
+
+    rng = np.random.default_rng(7)
+    vecs = sentences(rng, 3000)
+    with Store(tmp_path / "a.sqlite", ivf=SMALL) as s:
+        write(s, vecs)
+        s.settle()
+        warm(s, rng)
+        scan = s.vectors.scan
+        assert scan is not None
+        threads: set[str] = set()
+        approximate = scan.approximate
+
+        def recorded(*args: object) -> object:
+            threads.add(threading.current_thread().name)
+            return approximate(*args)  # type: ignore[arg-type]
+
+        scan.approximate = recorded  # type: ignore[method-assign]
+        for q in vecs[rng.integers(0, len(vecs), 20)]:
+            later = s.start_knn(q, 10)
+            assert later() == s.knn(q, 10)
+        assert any(name.startswith("mdmem-ivf") for name in threads)
+        assert threading.current_thread().name in threads  # knn itself scans on the caller's thread
+        q = vecs[123]
+        gone = {chunk_ids(s)[i] for i in range(100, 150)}
+        later = s.start_knn(q, 10)
+        with Store(tmp_path / "a.sqlite", ivf=SMALL) as other:
+            other.delete_file("memory/000100.md")  # notes 100..149, 123 the nearest to q
+        got = later()
+        assert len(got) == 10 and not {cid for cid, _ in got} & gone
+        assert all(d > 1e-4 for _, d in got)
+
+
 def test_a_killed_build_is_never_used_and_the_next_settle_finishes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -27,6 +27,7 @@ term with exactly the values the OR query gives. Two plans use that:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -185,8 +186,8 @@ class FtsSearch:
                         if rid not in scores:  # found first by the query of every term it holds
                             scores[rid], held[rid] = float(rank), set(group)
                 if len(scores) >= MOST_TERMS_WIDEN * k:
-                    top = sorted(scores, key=lambda rid: (scores[rid], rid))[:k]
-                    return [(int(rid), scores[rid], held[rid]) for rid in top]
+                    top = heapq.nsmallest(k, ((s, rid) for rid, s in scores.items()))  # best first, ties by id
+                    return [(int(rid), s, held[rid]) for s, rid in top]
         return None
 
     def _snapshot(self) -> Any:

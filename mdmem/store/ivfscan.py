@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 FETCH = 50_000  # rows read per fetch while loading
 Rescore = Callable[[Sequence[int]], dict[int, tuple[int, float]]]  # vector ids -> {id: (chunk id, cosine)}
+Approximate = tuple[np.ndarray, np.ndarray]  # rows of the held arrays, their approximate similarities
 
 
 class ListScan:
@@ -104,18 +105,32 @@ class ListScan:
     def nearest(self, query: np.ndarray, want: int, probes: int, rescore: Rescore) -> list[tuple[int, float]]:
         """The ``want`` nearest live vectors of the ``probes`` lists nearest ``query``, as (chunk id, cosine
         distance), nearest first; the distances are exact (``rescore`` reads the float vectors)."""
-        if self.live_count == 0 or want <= 0:
-            return []
+        return self.pick(self.approximate(query, probes), want, rescore)
+
+    def approximate(self, query: np.ndarray, probes: int) -> Approximate:
+        """The rows of the ``probes`` lists nearest ``query`` (and the rows not yet grouped) with their
+        approximate similarities from the int8 codes. Reads only what is held in memory, never the index: it
+        may run in another thread while the connection answers the keyword search (numpy releases the GIL)."""
+        if self.live_count == 0:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         q = np.asarray(query, dtype=np.float32)
         q = q / (float(np.linalg.norm(q)) or 1.0)
         near = self.cents @ q
-        probes = min(probes, len(near))
+        probes = max(1, min(probes, len(near)))
         lists = np.argpartition(-near, probes - 1)[:probes] if probes < len(near) else np.arange(len(near))
         blocks = [(int(self.starts[li]), int(self.starts[li + 1])) for li in lists]
         blocks.append((self.sorted_upto, self.size))
         rows = np.concatenate([np.arange(a, b) for a, b in blocks])
         # block by block: an int8 block converted to float32 stays in the cache for its product
         approx = np.concatenate([self.codes[a:b].astype(np.float32) @ q for a, b in blocks]) * self.scales[rows]
+        return rows, approx
+
+    def pick(self, found_rows: Approximate, want: int, rescore: Rescore) -> list[tuple[int, float]]:
+        """The ``want`` best of ``approximate``'s rows, rescored exactly (``rescore`` reads the index: in the
+        connection's thread); a row deleted since it was loaded is masked and the selection runs again."""
+        rows, approx = found_rows
+        if want <= 0 or not len(rows):
+            return []
         alive = self.live[rows]
         if not alive.all():
             rows, approx = rows[alive], approx[alive]

@@ -4,7 +4,9 @@ similarities a search and a pack ask for. A part of ``Store``; ``VectorWrites`` 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mdmem.config.store import IvfConfig
@@ -25,6 +27,7 @@ COARSE_FACTOR = 4  # binary KNN fetches max(k * COARSE_FACTOR, COARSE_MIN) candi
 COARSE_MIN = 96  # sqlite-vec's top-k selection slows sharply above ~100 candidates
 EXACT_ROWS_PER_CANDIDATE = 40  # with fewer vectors than this per coarse candidate, the exact scan is cheaper
 VEC_K_MAX = 4096  # sqlite-vec refuses a KNN query with k above this
+SCAN_THREADS = 4  # threads scanning inverted files ahead of a search's keyword half (start_knn), per process
 
 
 class VectorReads:
@@ -68,52 +71,63 @@ class VectorReads:
         candidates are rescored with their exact float vectors; unless that many candidates cost more than
         the exact scan (sqlite-vec's top-k selection costs ~20 us a candidate, the float scan ~0.6 us a
         vector): a wide net of candidates (a context pack's) stays exact up to ``EXACT_ROWS_PER_CANDIDATE``
-        vectors per candidate.
+        vectors per candidate. A process that searches again holds the vectors in memory (``_vector_matrix``)
+        or, in an index of ``store.ivf.exactBelow`` vectors or more, its inverted file (``_list_scan``).
         """
+        return self._knn(query, k, ahead=False)()
+
+    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
+        """``knn``, answered when the search asks for it. When the inverted file answers, its scan of the
+        lists held in memory starts now in a worker thread (it reads nothing from the index; numpy releases
+        the GIL, and so does SQLite while the keyword search runs on this thread's connection), and the
+        exact rescoring, which reads the index, runs on this thread when the answer is asked for. Otherwise
+        all of it runs then, on this thread (one SQLite connection answers one statement at a time)."""
+        return self._knn(query, k, ahead=True)
+
+    def _knn(self, query: np.ndarray, k: int, ahead: bool) -> Callable[[], list[tuple[int, float]]]:
         if self.vec_dims() is None or k <= 0:
-            return []
+            return list
         import numpy as np
 
         query = np.asarray(query, dtype=np.float32)
         self.knn_calls += 1
         per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
         want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
-        coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
         stored = self.vector_count()
         scan = self._list_scan(stored)
-        matrix = self._vector_matrix(stored) if scan is None else None
-        if scan is not None:
-            hits = scan.nearest(query, want, self.ivf.probes, functools.partial(self._rescore, query))
-        elif matrix is not None:
-            hits = matrix.nearest(query, want)
-        elif not self.writes.has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
+        if scan is None:
+            return lambda: _best_per_chunk(self._nearest_vectors(query, want, stored), k)
+        approximate = functools.partial(scan.approximate, query, self.ivf.probes)
+        found = _threads().submit(approximate).result if ahead else approximate
+        rescore = functools.partial(self._rescore, query)
+        return lambda: _best_per_chunk(scan.pick(found(), want, rescore), k)
+
+    def _nearest_vectors(self, query: np.ndarray, want: int, stored: int) -> list[tuple[int, float]]:
+        """The ``want`` nearest vectors as (chunk id, cosine distance) without the inverted file: held in
+        memory, sqlite-vec's exact KNN, or its 1-bit codes rescored (``knn``)."""
+        import numpy as np
+
+        coarse = min(VEC_K_MAX, max(want * COARSE_FACTOR, COARSE_MIN))
+        matrix = self._vector_matrix(stored)
+        if matrix is not None:
+            return matrix.nearest(query, want)
+        if not self.writes.has_bits() or stored <= max(EXACT_KNN_MAX_ROWS, coarse * EXACT_ROWS_PER_CANDIDATE):
             rows = self.conn.execute(
                 "WITH knn AS (SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?) "
                 "SELECT knn.rowid, knn.distance, v.chunk_id FROM knn JOIN vectors v ON v.id = knn.rowid "
                 "ORDER BY knn.distance",
                 (encode_vector(query), want),
             ).fetchall()
-            hits = [(int(r[2]), float(r[1])) for r in rows]
-        else:
-            ids = [
-                int(r[0])
-                for r in self.conn.execute(
-                    "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
-                    "SELECT rowid FROM knn",
-                    (np.packbits(query > 0).tobytes(), coarse),
-                )
-            ]
-            hits = [(cid, 1.0 - sim) for cid, sim in self._similarities("id", ids, query)]
-        best: dict[int, float] = {}
-        for cid, dist in hits:
-            if dist < best.get(cid, np.inf):
-                best[cid] = dist
-        return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
-
-    def start_knn(self, query: np.ndarray, k: int) -> Callable[[], list[tuple[int, float]]]:
-        """``knn`` to be answered later, when the search needs it: here, then, in this thread (one SQLite
-        connection answers one statement at a time)."""
-        return functools.partial(self.knn, query, k)
+            return [(int(r[2]), float(r[1])) for r in rows]
+        ids = [
+            int(r[0])
+            for r in self.conn.execute(
+                "WITH knn AS (SELECT rowid FROM chunks_vec_bits WHERE embedding MATCH vec_bit(?) AND k = ?) "
+                "SELECT rowid FROM knn",
+                (np.packbits(query > 0).tobytes(), coarse),
+            )
+        ]
+        return [(cid, 1.0 - sim) for cid, sim in self._similarities("id", ids, query)]
 
     def _vector_matrix(self, stored: int) -> VectorMatrix | None:
         """The vectors in memory (mdmem.store.matrix), caught up with the table; None when too large, and
@@ -227,3 +241,25 @@ class VectorReads:
             return {}
         sql = "SELECT hash, embedding FROM vectors WHERE hash IN ({marks})"
         return {h: decode_vector(blob) for h, blob in rows_in(self.conn, sql, hashes)}
+
+
+def _best_per_chunk(hits: list[tuple[int, float]], k: int) -> list[tuple[int, float]]:
+    """(chunk id, distance) of the ``k`` nearest chunks, each at its nearest vector's distance."""
+    best: dict[int, float] = {}
+    for cid, dist in hits:
+        if cid not in best or dist < best[cid]:
+            best[cid] = dist
+    return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
+
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def _threads() -> ThreadPoolExecutor:
+    """The process's threads scanning inverted files ahead (``start_knn``), shared by its stores."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="mdmem-ivf")
+        return _executor
