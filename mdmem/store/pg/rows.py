@@ -24,9 +24,9 @@ def insert_chunks(
     rows = keyword.postings_for(agent_id, gen, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
     with cur.copy(
         f"COPY {schema}.chunks (id, agent_id, gen, path, source, start_line, end_line, hash, embed_hash, heading, "
-        "text, tokens, trigrams, pending) FROM STDIN"
+        "text, tokens, trigrams, pending, term_keys) FROM STDIN"
     ) as copy:
-        for cid, c, (tokens, trigrams), waits in zip(ids, chunks, rows.lengths, pending, strict=True):
+        for cid, c, (tokens, trigrams), waits, keys in zip(ids, chunks, rows.lengths, pending, rows.keys, strict=True):
             copy.write_row(
                 (
                     cid,
@@ -43,6 +43,7 @@ def insert_chunks(
                     tokens,
                     trigrams,
                     waits,
+                    keys,
                 )
             )
     keyword.write_postings(cur, schema, agent_id, gen, rows)

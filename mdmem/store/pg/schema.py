@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any
 
 from mdmem.config.store import schema_problem
+from mdmem.store.pg.termkeys import key_sql
 from mdmem.util.errors import StoreError
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 MIGRATION_LOCK = 0x6D646D656D  # "mdmem": the advisory lock key of schema migrations
 
 
@@ -222,6 +223,21 @@ def _m11_usage(cur: Any, s: str) -> None:
     )
 
 
+def _m12_term_keys(cur: Any, s: str) -> None:
+    """Each chunk's ``term_keys`` under a GIN index (mdmem.store.pg.termkeys), computed here from the postings
+    of every generation: the most-terms plan of large generations (mdmem.store.pg.mostterms) works at once,
+    no rebuild. A chunk with no postings keeps an empty array (it matches no term)."""
+    key = key_sql("p.agent_id", "p.gen", "p.term")
+    for statement in (
+        f"ALTER TABLE {s}.chunks ADD COLUMN term_keys integer[] NOT NULL DEFAULT '{{}}'",
+        f"""UPDATE {s}.chunks c SET term_keys = k.keys FROM (
+            SELECT p.chunk_id, array_agg(DISTINCT {key} ORDER BY {key}) AS keys FROM {s}.postings p
+            GROUP BY p.chunk_id) k WHERE c.id = k.chunk_id""",
+        f"CREATE INDEX chunks_term_keys ON {s}.chunks USING gin (term_keys)",
+    ):
+        cur.execute(statement)
+
+
 MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     1: _m1_initial,
     2: _m2_sync_state,
@@ -234,6 +250,7 @@ MIGRATIONS: dict[int, Callable[[Any, str], None]] = {
     9: _m9_links,
     10: _m10_positions,
     11: _m11_usage,
+    12: _m12_term_keys,
 }
 
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mdmem.store.fts import like_escape, rank_needle_hits
-from mdmem.store.pg import keyword
+from mdmem.store.pg import keyword, mostterms
 from mdmem.store.pg import vectors as vector_sql
 from mdmem.store.pg.connection import borrows, current, give_back, spare
 from mdmem.store.pg.view import PgIndexView
@@ -55,10 +55,12 @@ class PgSearching:
         phrases = [ts for ts in keys.values() if len(ts) > 1]
         totals, df = self.view.totals(), self.document_frequencies(terms)
         df.update({keyword.phrase_key(p): self.phrase_frequency(p, totals.chunks + 1) for p in phrases})
+        s, a, g = self.view.schema, self.view.agent_id, self.view.gen
         with self.view.conn.cursor() as cur:
-            ranked = keyword.bm25(
-                cur, self.view.schema, self.view.agent_id, self.view.gen, terms, k, totals, df, phrases
-            )
+            # a large generation: the chunks holding most of the terms, when all are common (else every posting)
+            ranked = None if phrases else mostterms.top_k(cur, s, a, g, terms, k, totals, df)
+            if ranked is None:
+                ranked = keyword.bm25(cur, s, a, g, terms, k, totals, df, phrases)
         return [
             (cid, rank, {w for w, ts in keys.items() if keyword.phrase_key(ts) in found}) for cid, rank, found in ranked
         ]
