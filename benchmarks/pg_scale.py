@@ -67,17 +67,17 @@ def server(workdir: Path) -> Any:
     return srv
 
 
-def dataset(workdir: Path, size: int) -> tuple[np.ndarray, Any]:
-    """The ``size`` vectors and a function giving chunk ``i``'s text."""
-    real = embed(workdir, min(size, REAL), MODEL, budget=0.0)
+def dataset(workdir: Path, size: int, real_n: int = REAL) -> tuple[np.ndarray, Any]:
+    """The ``size`` vectors (the first ``real_n`` real, the others derived) and chunk ``i``'s text."""
+    real = embed(workdir, min(size, real_n), MODEL, budget=0.0)
     if real is None:
         raise SystemExit("the real embeddings are not all computed yet: run scale_data.embed first")
-    if size <= REAL:
+    if size <= real_n:
         return real[:size], note
-    more, pairs = derived(real, size - REAL, workdir)
+    more, pairs = derived(real, size - real_n, workdir)
 
     def text(i: int) -> str:
-        return note(i) if i < REAL else derived_note(int(pairs[i - REAL][0]), int(pairs[i - REAL][1]))
+        return note(i) if i < real_n else derived_note(int(pairs[i - real_n][0]), int(pairs[i - real_n][1]))
 
     return np.concatenate([real, more]), text
 
@@ -100,7 +100,7 @@ def open_store(workdir: Path, backend: str, size: int, url: str | None, **pg: An
 def load(args: argparse.Namespace) -> None:
     """Write the chunks (text, postings, vectors) file by file, resuming where a run stopped; then the
     identity a search checks, and on PostgreSQL the HNSW index (``settle``, as a sync ends)."""
-    vecs, text = dataset(args.workdir, args.size)
+    vecs, text = dataset(args.workdir, args.size, args.real)
     srv = server(args.workdir)
     url = srv.get_uri()
     started = time.monotonic()
@@ -303,6 +303,7 @@ def recall(args: argparse.Namespace) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--real", type=int, default=REAL, help="real MiniLM vectors (the rest are derived from them)")
     sub = ap.add_subparsers(dest="step", required=True)
     p = sub.add_parser("load")
     p.add_argument("--size", type=int, default=REAL)

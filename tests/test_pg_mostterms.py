@@ -27,6 +27,12 @@ def text(rng: random.Random) -> str:
     return " ".join(words)
 
 
+def chunk_terms(gen: int, body: str, agent: str = "a1") -> tuple[list[int], list[float]]:
+    """What a chunk of ``body`` (no heading) must hold: its terms' keys, sorted, and their frequencies."""
+    freqs = {t: float(n.in_text) for t, n in keyword.postings_of(body, None)[0].items()}
+    return termkeys.chunk_terms(agent, gen, freqs)
+
+
 def load(conn: Any, schema: str, chunks: list[str], agent: str = "a1", gen: int = 1) -> list[int]:
     ids = []
     with conn.transaction(), conn.cursor() as cur:
@@ -130,9 +136,12 @@ def test_the_store_uses_it_and_writes_keep_the_keys_in_step(
         hot = store.keyword_matches(["budget", "backup"], 3)
         assert used[-1] and store.chunks_by_ids([hot[0][0]])[hot[0][0]].path == "memory/hot.md"
         with store.session() as conn, conn.cursor() as cur:
-            cur.execute(f"SELECT text, term_keys FROM {schema}.chunks WHERE agent_id = 'a1' AND gen = %s", (store.gen,))
-            for body, keys in cur.fetchall():
-                assert keys == termkeys.chunk_keys("a1", store.gen, list(keyword.postings_of(body, None)[0]))
+            cur.execute(
+                f"SELECT text, term_keys, term_freqs FROM {schema}.chunks WHERE agent_id = 'a1' AND gen = %s",
+                (store.gen,),
+            )
+            for body, keys, freqs in cur.fetchall():
+                assert (keys, freqs) == chunk_terms(store.gen, body)
 
         store.delete_file("memory/hot.md")
         after = store.keyword_matches(["budget", "backup"], 3)
@@ -185,11 +194,11 @@ def test_a_schema_11_database_with_rows_gets_term_keys_by_migrating(pg: tuple[An
     try:
         assert migrate(conn, old) == SCHEMA_VERSION == 12
         with conn.cursor() as cur:
-            cur.execute(f"SELECT agent_id, gen, text, term_keys FROM {old}.chunks")
+            cur.execute(f"SELECT agent_id, gen, text, term_keys, term_freqs FROM {old}.chunks")
             rows = cur.fetchall()
         assert len(rows) == 800
-        for agent, gen, body, keys in rows:
-            assert keys == termkeys.chunk_keys(agent, gen, list(keyword.postings_of(body, None)[0]))
+        for agent, gen, body, keys, freqs in rows:
+            assert (keys, freqs) == chunk_terms(gen, body, agent)
         for agent, gen in (("a1", 1), ("b2", 3)):
             every, _, plan = both(conn, old, ["backup", "budget"], 6, agent, gen)
             assert plan is not None

@@ -73,10 +73,11 @@ def cjk_trigrams(text: str) -> tuple[dict[str, int], int]:
 class Postings:
     """What the keyword index holds for some chunks: each chunk's length in tokens and in trigrams, its
     postings rows (agent, gen, term, chunk, in text, in heading, the chunk's tokens) and its CJK trigram
-    rows, the totals to add to the generation's, and each chunk's ``term_keys`` (``termkeys``)."""
+    rows, the totals to add to the generation's, and each chunk's ``term_keys`` and ``term_freqs``
+    (``termkeys``)."""
 
     lengths: list[tuple[int, int]] = field(default_factory=list)
-    keys: list[list[int]] = field(default_factory=list)
+    keys: list[tuple[list[int], list[float]]] = field(default_factory=list)
     postings: list[tuple[str, int, str, int, int, int, int, list[int]]] = field(default_factory=list)
     grams: list[tuple[str, int, str, int, int]] = field(default_factory=list)
     tokens: int = 0
@@ -90,7 +91,8 @@ def postings_for(agent_id: str, gen: int, chunks: Iterable[tuple[int, str, str |
         postings, tokens = postings_of(text, heading)
         grams, trigrams = cjk_trigrams(text)
         out.lengths.append((tokens, trigrams))
-        out.keys.append(termkeys.chunk_keys(agent_id, gen, list(postings)))
+        freqs = {t: n.in_text * TEXT_WEIGHT + n.in_heading * HEADING_WEIGHT for t, n in postings.items()}
+        out.keys.append(termkeys.chunk_terms(agent_id, gen, freqs))
         out.postings.extend(
             (agent_id, gen, term, chunk_id, n.in_text, n.in_heading, tokens, n.positions)
             for term, n in postings.items()
@@ -123,10 +125,10 @@ def add_postings(cur: Any, schema: str, agent_id: str, gen: int, chunks: Iterabl
     listed = list(chunks)
     rows = postings_for(agent_id, gen, listed)
     cur.executemany(
-        f"UPDATE {schema}.chunks SET tokens = %s, trigrams = %s, term_keys = %s WHERE id = %s",
+        f"UPDATE {schema}.chunks SET tokens = %s, trigrams = %s, term_keys = %s, term_freqs = %s WHERE id = %s",
         [
-            (tokens, trigrams, keys, cid)
-            for (cid, _, _), (tokens, trigrams), keys in zip(listed, rows.lengths, rows.keys, strict=True)
+            (tokens, trigrams, keys, freqs, cid)
+            for (cid, _, _), (tokens, trigrams), (keys, freqs) in zip(listed, rows.lengths, rows.keys, strict=True)
         ],
     )
     write_postings(cur, schema, agent_id, gen, rows)

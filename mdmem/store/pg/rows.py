@@ -24,9 +24,11 @@ def insert_chunks(
     rows = keyword.postings_for(agent_id, gen, [(cid, c.text, c.heading) for cid, c in zip(ids, chunks, strict=True)])
     with cur.copy(
         f"COPY {schema}.chunks (id, agent_id, gen, path, source, start_line, end_line, hash, embed_hash, heading, "
-        "text, tokens, trigrams, pending, term_keys) FROM STDIN"
+        "text, tokens, trigrams, pending, term_keys, term_freqs) FROM STDIN"
     ) as copy:
-        for cid, c, (tokens, trigrams), waits, keys in zip(ids, chunks, rows.lengths, pending, rows.keys, strict=True):
+        for cid, c, (tokens, trigrams), waits, (keys, freqs) in zip(
+            ids, chunks, rows.lengths, pending, rows.keys, strict=True
+        ):
             copy.write_row(
                 (
                     cid,
@@ -44,6 +46,7 @@ def insert_chunks(
                     trigrams,
                     waits,
                     keys,
+                    freqs,
                 )
             )
     keyword.write_postings(cur, schema, agent_id, gen, rows)

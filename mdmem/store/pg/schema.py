@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mdmem.config.store import schema_problem
+from mdmem.store.pg.keyword import HEADING_WEIGHT, TEXT_WEIGHT
 from mdmem.store.pg.termkeys import key_sql
 from mdmem.util.errors import StoreError
 
@@ -224,15 +225,17 @@ def _m11_usage(cur: Any, s: str) -> None:
 
 
 def _m12_term_keys(cur: Any, s: str) -> None:
-    """Each chunk's ``term_keys`` under a GIN index (mdmem.store.pg.termkeys), computed here from the postings
-    of every generation: the most-terms plan of large generations (mdmem.store.pg.mostterms) works at once,
-    no rebuild. A chunk with no postings keeps an empty array (it matches no term)."""
+    """Each chunk's ``term_keys`` (under a GIN index) and ``term_freqs`` (mdmem.store.pg.termkeys), computed
+    here from the postings of every generation: the most-terms plan of large generations
+    (mdmem.store.pg.mostterms) works at once, no rebuild. A chunk with no postings keeps empty arrays."""
     key = key_sql("p.agent_id", "p.gen", "p.term")
+    freq = f"(p.in_text * {TEXT_WEIGHT}::float8 + p.in_heading * {HEADING_WEIGHT}::float8)::real"
     for statement in (
-        f"ALTER TABLE {s}.chunks ADD COLUMN term_keys integer[] NOT NULL DEFAULT '{{}}'",
-        f"""UPDATE {s}.chunks c SET term_keys = k.keys FROM (
-            SELECT p.chunk_id, array_agg(DISTINCT {key} ORDER BY {key}) AS keys FROM {s}.postings p
-            GROUP BY p.chunk_id) k WHERE c.id = k.chunk_id""",
+        f"ALTER TABLE {s}.chunks ADD COLUMN term_keys bigint[] NOT NULL DEFAULT '{{}}', "
+        "ADD COLUMN term_freqs real[] NOT NULL DEFAULT '{}'",
+        f"""UPDATE {s}.chunks c SET term_keys = k.keys, term_freqs = k.freqs FROM (
+            SELECT p.chunk_id, array_agg({key} ORDER BY {key}) AS keys, array_agg({freq} ORDER BY {key}) AS freqs
+            FROM {s}.postings p GROUP BY p.chunk_id) k WHERE c.id = k.chunk_id""",
         f"CREATE INDEX chunks_term_keys ON {s}.chunks USING gin (term_keys)",
     ):
         cur.execute(statement)
