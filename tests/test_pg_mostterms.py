@@ -27,6 +27,13 @@ def text(rng: random.Random) -> str:
     return " ".join(words)
 
 
+@pytest.fixture(autouse=True)
+def any_number_of_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan scores however many chunks hold the terms (here most chunks hold several common words; the
+    cap that hands a wide query to the exact ranking is a cost rule, tested on its own)."""
+    monkeypatch.setattr(mostterms, "SCORED_MAX_SHARE", 10.0)
+
+
 def chunk_terms(gen: int, body: str, agent: str = "a1") -> tuple[list[int], list[float]]:
     """What a chunk of ``body`` (no heading) must hold: its terms' keys, sorted, and their frequencies."""
     freqs = {t: float(n.in_text) for t, n in keyword.postings_of(body, None)[0].items()}
@@ -107,6 +114,21 @@ def test_a_rare_term_a_small_generation_or_too_many_terms_leave_it_to_the_exact_
         df = frequencies(cur, schema, "a1", 1, ["backup", "budget"])
         assert mostterms.top_k(cur, schema, "a1", 1, ["backup", "budget"], 6, known, df) is None  # < MIN_CHUNKS
         assert mostterms.top_k(cur, schema, "a1", 1, ["backup", "budget"], 6, known, df, min_chunks=0) is not None
+
+
+def test_a_query_whose_chunks_are_too_many_to_score_is_left_to_the_exact_ranking(
+    pg: tuple[Any, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More chunks holding the terms than ``SCORED_MAX_SHARE`` of their postings: scoring them would cost
+    about what the exact ranking costs, so the plan declines as soon as it has seen that many."""
+    conn, schema = pg
+    load(conn, schema, ["backup budget"] * 300 + ["backup"] * 100 + ["budget"] * 100)
+    _, exact, plan = both(conn, schema, ["backup", "budget"], 6)
+    assert plan is not None and [c for c, _, _ in plan] == [c for c, _, _ in exact]  # equal scores: by id
+    monkeypatch.setattr(mostterms, "SCORED_MAX_SHARE", 0.1)  # the default: 300 > 0.1 * 800
+    assert both(conn, schema, ["backup", "budget"], 6)[2] is None
+    monkeypatch.setattr(mostterms, "SCORED_MAX_SHARE", 0.4)  # 300 <= 320
+    assert both(conn, schema, ["backup", "budget"], 6)[2] is not None
 
 
 def note(path: str, *texts: str) -> tuple[FileRow, list[ChunkRow]]:
