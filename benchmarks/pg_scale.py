@@ -43,6 +43,10 @@ REAL = 100_000
 PER_FILE = 50
 SCHEMA = "scale"
 MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
+for _up in Path(__file__).resolve().parents:  # a work tree deeper than the project's clone beside shared/
+    if (_up / "shared" / "models" / MODEL.name).exists():
+        MODEL = _up / "shared" / "models" / MODEL.name
+        break
 SERVER_SETTINGS = {"shared_buffers": "4GB", "maintenance_work_mem": "4GB", "max_parallel_maintenance_workers": "1"}
 KS = (10, 24, 96)
 
