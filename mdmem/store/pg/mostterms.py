@@ -12,7 +12,7 @@ holding fewer terms, which a chunk with many occurrences of few terms in a short
 plan is for queries whose terms are all common (``fts.split_rare_common`` finds no rare one: a rare term's
 chunks would score above any chunk of common terms only, and the exact ranking answers those), on
 generations of ``fts.MOST_TERMS_MIN_CHUNKS`` chunks or more. Measured against the exact ranking in
-docs/performance.md ("PostgreSQL keyword half at 1M").
+docs/performance.md ("PostgreSQL store", "The keyword half at 1M").
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from mdmem.store.pg.keyword import IDF_FLOOR, K1, MAX_KEYS, B, Totals
 from mdmem.store.pg.termkeys import keys_of, term_key
 
 MIN_CHUNKS = MOST_TERMS_MIN_CHUNKS  # smaller generations: the exact BM25 (as the SQLite store)
-SCORED_MAX_SHARE = 0.1  # more candidates than this share of the terms' postings: the exact BM25 (a candidate costs ~3 postings)
+SCORED_MAX_SHARE = 0.1  # more candidates than this share of the terms' postings: the exact BM25 (as quick)
 
 
 def top_k(
