@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mdmem.store.fts import MOST_TERMS_MAX, MOST_TERMS_MIN_CHUNKS, MOST_TERMS_WIDEN, split_rare_common
-from mdmem.store.pg.keyword import IDF_FLOOR, K1, MAX_KEYS, B, Totals
+from mdmem.store.pg.keyword import IDF_FLOOR, K1, B, Totals
 from mdmem.store.pg.termkeys import keys_of, term_key
 
 MIN_CHUNKS = MOST_TERMS_MIN_CHUNKS  # smaller generations: the exact BM25 (as the SQLite store)
@@ -46,8 +46,7 @@ def top_k(
     ``keyword.bm25`` ranks them; None when the plan does not apply (a generation under ``min_chunks``
     (``MIN_CHUNKS``) chunks, fewer than 2 or more than ``MOST_TERMS_MAX`` terms in it, a rare term among
     them, or too many chunks to score) and the caller's exact BM25 should answer."""
-    keys = list(dict.fromkeys(terms))[:MAX_KEYS]
-    present = [t for t in keys if df.get(t, 0) > 0]
+    present = [t for t in dict.fromkeys(terms) if df.get(t, 0) > 0]  # a term in no chunk adds nothing
     if known.chunks < (MIN_CHUNKS if min_chunks is None else min_chunks) or not 2 <= len(present) <= MOST_TERMS_MAX:
         return None
     if k <= 0 or split_rare_common({t: df[t] for t in present}, known.chunks) is not None:
@@ -56,16 +55,16 @@ def top_k(
     total, mean = known.chunks, max(known.tokens / known.chunks, 1e-9)
     args: dict[str, Any] = {"agent": agent_id, "gen": gen, "limit": cap + 1, "mean": mean}
     parts = []
-    for i, term in enumerate(keys):  # each term's BM25 share, from the row's own frequency of it (0: not held)
+    for i, term in enumerate(present):  # each term's BM25 share, from the row's own frequency of it (0: not held)
         args[f"q{i}"] = term_key(agent_id, gen, term)
         args[f"w{i}"] = max(math.log((total - df.get(term, 0) + 0.5) / (df.get(term, 0) + 0.5)), IDF_FLOOR)
         parts.append(f"coalesce(term_freqs[array_position(term_keys, %(q{i})s::int8)], 0)::float8 AS f{i}")
     rank = " + ".join(
         f"%(w{i})s::float8 * (f{i} * {K1 + 1}::float8) / (f{i} + {K1}::float8 * ({1 - B}::float8 + {B}::float8 "
         "* tokens / %(mean)s::float8))"
-        for i in range(len(keys))
+        for i in range(len(present))
     )
-    held_mask = " + ".join(f"(f{i} > 0)::int * {1 << i}" for i in range(len(keys)))
+    held_mask = " + ".join(f"(f{i} > 0)::int * {1 << i}" for i in range(len(present)))
     scores: dict[int, tuple[float, int]] = {}
     for size in range(len(present), 1, -1):  # chunks holding one term only: the exact BM25
         groups = list(itertools.combinations(present, size))
@@ -83,5 +82,5 @@ def top_k(
         scores.update((int(r[0]), (float(r[1]), int(r[2]))) for r in rows)  # a row's score is the same at any level
         if len(scores) >= MOST_TERMS_WIDEN * k:
             top = heapq.nsmallest(k, ((s, cid) for cid, (s, _) in scores.items()))  # best first, ties by id
-            return [(cid, s, {t for i, t in enumerate(keys) if scores[cid][1] >> i & 1}) for s, cid in top]
+            return [(cid, s, {t for i, t in enumerate(present) if scores[cid][1] >> i & 1}) for s, cid in top]
     return None
