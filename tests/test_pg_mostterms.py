@@ -114,6 +114,10 @@ def test_a_rare_term_a_small_generation_or_too_many_terms_leave_it_to_the_exact_
         df = frequencies(cur, schema, "a1", 1, ["backup", "budget"])
         assert mostterms.top_k(cur, schema, "a1", 1, ["backup", "budget"], 6, known, df) is None  # < MIN_CHUNKS
         assert mostterms.top_k(cur, schema, "a1", 1, ["backup", "budget"], 6, known, df, min_chunks=0) is not None
+    # words in no chunk add nothing, however many (a long question): the plan answers for the two present
+    many = ["backup", "budget"] + [f"absent{i}" for i in range(40)]
+    _, _, plan = both(conn, schema, many, 6)
+    assert plan is not None and [c for c, _, _ in plan] == [c for c, _, _ in both(conn, schema, many[:2], 6)[2]]
 
 
 def test_a_query_whose_chunks_are_too_many_to_score_is_left_to_the_exact_ranking(
