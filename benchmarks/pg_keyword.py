@@ -27,10 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.pg_scale import SCHEMA, server  # noqa: E402
-from benchmarks.scale_data import note, question  # noqa: E402
-from mdmem.store.rows import ChunkRow, FileRow  # noqa: E402
-
-PER_FILE = 50
+from benchmarks.scale_data import note, question, write_notes  # noqa: E402
 
 
 def agent_of(size: int) -> str:
@@ -47,22 +44,11 @@ def load(args: argparse.Namespace) -> None:
     """Write the notes file by file (text and keyword postings, no vectors), resuming where a run stopped."""
     srv = server(args.workdir)
     store = open_store(srv.get_uri(), args.size)
-    done = set(store.files())
-    started = t0 = time.perf_counter()
-    wrote = 0
-    for first in range(0, args.size, PER_FILE):
-        rel = f"memory/{first // PER_FILE:05d}.md"
-        if rel in done:
-            continue
-        if time.perf_counter() - started > args.budget:
-            print(f"stopped after {args.budget:.0f} s; run again to go on", flush=True)
-            return
-        rows = [
-            ChunkRow(rel, "memory", 3 * j + 1, 3 * j + 3, f"c{i}", f"v{i}", "Notes", note(i))
-            for j, i in enumerate(range(first, min(first + PER_FILE, args.size)))
-        ]
-        store.replace_file(FileRow(rel, "memory", f"h{first}", 0.0, 0), rows, None)
-        wrote += len(rows)
+    t0 = time.perf_counter()
+    wrote, complete = write_notes(store, args.size, note, None, args.budget)
+    if not complete:
+        print(f"stopped after {args.budget:.0f} s; run again to go on", flush=True)
+        return
     print(f"{args.size} chunks present ({wrote} written now, {wrote / (time.perf_counter() - t0):.0f}/s)")
     store.analyze()
     store.close()

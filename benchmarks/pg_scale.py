@@ -35,12 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.scale_data import DIMS, derived, derived_note, embed, note, provider, question  # noqa: E402
+from benchmarks.scale_data import DIMS, derived, derived_note, embed, note, provider, question, write_notes  # noqa: E402
 from mdmem.providers.base import EmbeddingProvider  # noqa: E402
-from mdmem.store.rows import ChunkRow, FileRow  # noqa: E402
 
 REAL = 100_000
-PER_FILE = 50
 SCHEMA = "scale"
 MODEL = Path(__file__).resolve().parents[2] / "shared" / "models" / "all-MiniLM-L6-v2-Q8_0.gguf"
 for _up in Path(__file__).resolve().parents:  # a work tree deeper than the project's clone beside shared/
@@ -110,23 +108,11 @@ def load(args: argparse.Namespace) -> None:
     started = time.monotonic()
     for backend in ("sqlite", "postgres") if args.backend == "both" else (args.backend,):
         store = open_store(args.workdir, backend, args.size, url)
-        done = set(store.files())
-        t0, wrote = time.perf_counter(), 0
-        for first in range(0, args.size, PER_FILE):
-            rel = f"memory/{first // PER_FILE:05d}.md"
-            if rel in done:
-                continue
-            if time.monotonic() - started > args.budget:
-                print(f"{backend}: stopped after {args.budget:.0f} s; run again to go on", flush=True)
-                return
-            ids = range(first, min(first + PER_FILE, args.size))
-            rows = [
-                ChunkRow(rel, "memory", 3 * j + 1, 3 * j + 3, f"c{i}", f"v{i}", "Notes", text(i))
-                for j, i in enumerate(ids)
-            ]
-            vectors = [([f"v{i}"], vecs[i : i + 1]) for i in ids]
-            store.replace_file(FileRow(rel, "memory", f"h{first}", 0.0, 0), rows, vectors)
-            wrote += len(rows)
+        t0 = time.perf_counter()
+        wrote, complete = write_notes(store, args.size, text, vecs, args.budget - (time.monotonic() - started))
+        if not complete:
+            print(f"{backend}: stopped after {args.budget:.0f} s; run again to go on", flush=True)
+            return
         rate = wrote / max(time.perf_counter() - t0, 1e-9)
         print(f"{backend}: {args.size} chunks present ({wrote} written now, {rate:.0f}/s)", flush=True)
         store.set_meta("identity", identity(args.workdir, backend, url))

@@ -164,6 +164,34 @@ def question(i: int) -> str:
     return _fill(rng, str(QUESTIONS[int(rng.integers(len(QUESTIONS)))]))
 
 
+PER_FILE = 50  # notes a file when the benchmarks write them into a store
+
+
+def write_notes(
+    store: Any, size: int, text: Any, vecs: np.ndarray | None = None, budget: float = float("inf")
+) -> tuple[int, bool]:
+    """Write notes 0..size-1 into ``store`` through ``replace_file``, ``PER_FILE`` chunks a file (chunk
+    ``i``'s text ``text(i)``, its vector ``vecs[i]`` when given), skipping files already there: (chunks
+    written now, whether all are present). Stops when ``budget`` seconds ran out (run again to go on)."""
+    from mdmem.store.rows import ChunkRow, FileRow
+
+    done, started, wrote = set(store.files()), time.monotonic(), 0
+    for first in range(0, size, PER_FILE):
+        rel = f"memory/{first // PER_FILE:05d}.md"
+        if rel in done:
+            continue
+        if time.monotonic() - started > budget:
+            return wrote, False
+        ids = range(first, min(first + PER_FILE, size))
+        rows = [
+            ChunkRow(rel, "memory", 3 * j + 1, 3 * j + 3, f"c{i}", f"v{i}", "Notes", text(i)) for j, i in enumerate(ids)
+        ]
+        vectors = None if vecs is None else [([f"v{i}"], vecs[i : i + 1]) for i in ids]
+        store.replace_file(FileRow(rel, "memory", f"h{first}", 0.0, 0), rows, vectors)
+        wrote += len(rows)
+    return wrote, True
+
+
 def provider(model: Path, threads: int | None = None) -> Any:
     """The project's local provider on the shared MiniLM GGUF, loaded."""
     import os

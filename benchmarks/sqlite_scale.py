@@ -33,9 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.pg_scale import KS, PER_FILE, Replay, _p  # noqa: E402
-from benchmarks.scale_data import derived, derived_note, embed, note, provider, question  # noqa: E402
-from mdmem.store.rows import ChunkRow, FileRow  # noqa: E402
+from benchmarks.pg_scale import KS, Replay, _p  # noqa: E402
+from benchmarks.scale_data import derived, derived_note, embed, note, provider, question, write_notes  # noqa: E402
 
 MODEL = Path("/work/shared/models/all-MiniLM-L6-v2-Q8_0.gguf")
 for _up in Path(__file__).resolve().parents:
@@ -67,23 +66,11 @@ def load(args: argparse.Namespace) -> None:
 
     vecs, text = dataset(args.workdir, args.size, args.real)
     store = Store(index_path(args.workdir, args.size, args.real))
-    done = set(store.files())
-    started, wrote = time.monotonic(), 0
-    for first in range(0, args.size, PER_FILE):
-        rel = f"memory/{first // PER_FILE:05d}.md"
-        if rel in done:
-            continue
-        if time.monotonic() - started > args.budget:
-            print(f"stopped after {args.budget:.0f} s ({wrote} chunks written); run again to go on", flush=True)
-            return
-        ids = range(first, min(first + PER_FILE, args.size))
-        rows = [
-            ChunkRow(rel, "memory", 3 * j + 1, 3 * j + 3, f"c{i}", f"v{i}", "Notes", text(i)) for j, i in enumerate(ids)
-        ]
-        store.replace_file(
-            FileRow(rel, "memory", f"h{first}", 0.0, 0), rows, [([f"v{i}"], vecs[i : i + 1]) for i in ids]
-        )
-        wrote += len(rows)
+    started = time.monotonic()
+    wrote, complete = write_notes(store, args.size, text, vecs, args.budget)
+    if not complete:
+        print(f"stopped after {args.budget:.0f} s ({wrote} chunks written); run again to go on", flush=True)
+        return
     rate = wrote / max(time.monotonic() - started, 1e-9)
     print(f"{args.size} chunks present ({wrote} written now, {rate:.0f}/s)", flush=True)
     store.set_meta("identity", identity(args.workdir, args.size, args.real))
