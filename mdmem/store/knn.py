@@ -4,9 +4,7 @@ similarities a search and a pack ask for. A part of ``Store``; ``VectorWrites`` 
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mdmem.config.store import IvfConfig
@@ -14,6 +12,7 @@ from mdmem.store.sql import rows_in
 from mdmem.store.sqlite_db import SqliteDb
 from mdmem.store.vectors import cosine_similarities, decode_vector, encode_vector
 from mdmem.store.vecwrite import VectorWrites
+from mdmem.util.threads import shared_pool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,7 +97,7 @@ class VectorReads:
         if scan is None:
             return lambda: _best_per_chunk(self._nearest_vectors(query, want, stored), k)
         approximate = functools.partial(scan.approximate, query, self.ivf.probes)
-        found = _threads().submit(approximate).result if ahead else approximate
+        found = shared_pool("mdmem-ivf", SCAN_THREADS).submit(approximate).result if ahead else approximate
         rescore = functools.partial(self._rescore, query)
         return lambda: _best_per_chunk(scan.pick(found(), want, rescore), k)
 
@@ -250,16 +249,3 @@ def _best_per_chunk(hits: list[tuple[int, float]], k: int) -> list[tuple[int, fl
         if cid not in best or dist < best[cid]:
             best[cid] = dist
     return sorted(best.items(), key=lambda r: (r[1], r[0]))[:k]
-
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _threads() -> ThreadPoolExecutor:
-    """The process's threads scanning inverted files ahead (``start_knn``), shared by its stores."""
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(SCAN_THREADS, thread_name_prefix="mdmem-ivf")
-        return _executor

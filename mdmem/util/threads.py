@@ -1,4 +1,4 @@
-"""Thread pools of native libraries in mdmem's long-running processes.
+"""Threads in mdmem's processes: the pools native libraries start, and mdmem's own shared pools.
 
 numpy's BLAS (OpenBLAS) starts a thread per core for a matrix product as small as a search's (10k x 384):
 in a process where several requests and llama.cpp's own threads already share the cores, those threads
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -21,3 +23,17 @@ def single_threaded_blas() -> None:
         return
     for name in BLAS_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
+
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def shared_pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """The process's pool of up to ``workers`` threads named ``name``: created on first use and shared by
+    every caller asking for that name (its threads start as work comes and stay for the process)."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None:
+            pool = _pools[name] = ThreadPoolExecutor(workers, thread_name_prefix=name)
+        return pool

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from mdmem.store.fts import like_escape, rank_needle_hits
@@ -17,6 +15,7 @@ from mdmem.store.pg import vectors as vector_sql
 from mdmem.store.pg.connection import borrows, current, give_back, spare
 from mdmem.store.pg.view import PgIndexView
 from mdmem.store.terms import text_terms
+from mdmem.util.threads import shared_pool
 
 if TYPE_CHECKING:
     import numpy as np
@@ -173,7 +172,8 @@ class PgSearching:
             return later
         try:
             snapshot = str(conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
-            future = _threads().submit(_knn_in_snapshot, self.view.url, second, snapshot, args)
+            threads = shared_pool("mdmemory-knn", KNN_THREADS)
+            future = threads.submit(_knn_in_snapshot, self.view.url, second, snapshot, args)
         except BaseException:
             give_back(self.view.url, second)  # (once submitted, the thread gives it back)
             raise
@@ -194,18 +194,6 @@ class PgSearching:
                 per_chunk=per_chunk,
                 ef_search=self.view.hnsw.ef_search,
             )
-
-
-_executor: ThreadPoolExecutor | None = None
-_executor_lock = threading.Lock()
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _executor
-    with _executor_lock:
-        if _executor is None:
-            _executor = ThreadPoolExecutor(KNN_THREADS, thread_name_prefix="mdmemory-knn")
-        return _executor
 
 
 def _knn_in_snapshot(url: str, conn: Any, snapshot: str, args: tuple[Any, ...]) -> list[tuple[int, float]]:
