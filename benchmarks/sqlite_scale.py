@@ -33,28 +33,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.pg_scale import KS, Replay, _p  # noqa: E402
-from benchmarks.scale_data import derived, derived_note, embed, note, provider, question, write_notes  # noqa: E402
-
-MODEL = Path("/work/shared/models/all-MiniLM-L6-v2-Q8_0.gguf")
-for _up in Path(__file__).resolve().parents:
-    if (_up / "shared" / "models" / MODEL.name).exists():
-        MODEL = _up / "shared" / "models" / MODEL.name
-        break
-
-
-def dataset(workdir: Path, size: int, real_n: int) -> tuple[np.ndarray, Any]:
-    real = embed(workdir, min(size, real_n), MODEL, budget=0.0)
-    if real is None:
-        raise SystemExit(f"the first {real_n} real embeddings are not all in {workdir}: run scale_data.embed first")
-    if size <= real_n:
-        return real[:size], note
-    more, pairs = derived(real, size - real_n, workdir)
-
-    def text(i: int) -> str:
-        return note(i) if i < real_n else derived_note(int(pairs[i - real_n][0]), int(pairs[i - real_n][1]))
-
-    return np.concatenate([real, more]), text
+from benchmarks.pg_scale import KS, MODEL, Replay, _p, dataset  # noqa: E402
+from benchmarks.scale_data import provider, question, write_notes  # noqa: E402
 
 
 def index_path(workdir: Path, size: int, real_n: int) -> Path:
