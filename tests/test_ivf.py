@@ -17,6 +17,7 @@ import pytest
 import mdmem.store.ivf as ivf_mod
 from mdmem.config.store import IvfConfig
 from mdmem.store import ChunkRow, FileRow, Store
+from mdmem.store.ivfscan import ListScan
 
 DIMS = 64
 PER_FILE = 50
@@ -59,17 +60,24 @@ def warm(store: Store, rng: np.random.Generator) -> None:
         store.knn(rng.normal(size=DIMS).astype(np.float32), 3)
 
 
+def listed(store: Store, vectors: np.ndarray, rng: np.random.Generator) -> ListScan:
+    """``vectors`` written, the sync settled (the lists built) and the lists loaded: the store's scan."""
+    write(store, vectors)
+    store.settle()
+    warm(store, rng)
+    scan = store.vectors.scan
+    assert scan is not None
+    return scan
+
+
 def test_lists_find_the_exact_neighbours_with_exact_distances(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     vecs = sentences(rng, 4000)
     with Store(tmp_path / "a.sqlite", ivf=SMALL) as s:
-        write(s, vecs)
-        s.settle()
+        scan = listed(s, vecs, rng)
         meta = s.get_meta("vector_lists")
         assert meta["complete"] and meta["lists"] == ivf_mod.list_count(4000) and meta["trained"] == 4000
-        warm(s, rng)
-        scan = s.vectors.scan
-        assert scan is not None and scan.live_count == 4000
+        assert scan.live_count == 4000
         assert scan.sorted_upto == 4000 and SMALL.probes < meta["lists"] // 4  # a search reads a few lists only
         ids = chunk_ids(s)
         for k in (10, 24, 96):
@@ -105,11 +113,7 @@ def test_a_deleted_vector_never_comes_back_and_a_new_one_is_found_at_once(tmp_pa
     rng = np.random.default_rng(3)
     vecs = sentences(rng, 3000)
     with Store(tmp_path / "a.sqlite", ivf=SMALL) as s:
-        write(s, vecs)
-        s.settle()
-        warm(s, rng)
-        scan = s.vectors.scan
-        assert scan is not None
+        scan = listed(s, vecs, rng)
         q = vecs[123]
         first = s.knn(q, 10)
         target = chunk_ids(s)[123]
@@ -142,11 +146,7 @@ def test_a_search_started_ahead_scans_the_lists_in_another_thread_and_answers_as
     rng = np.random.default_rng(7)
     vecs = sentences(rng, 3000)
     with Store(tmp_path / "a.sqlite", ivf=SMALL) as s:
-        write(s, vecs)
-        s.settle()
-        warm(s, rng)
-        scan = s.vectors.scan
-        assert scan is not None
+        scan = listed(s, vecs, rng)
         threads: set[str] = set()
         approximate = scan.approximate
 
