@@ -1,7 +1,8 @@
 """KNN over the inverted file of a large SQLite index (``mdmem.store.ivf``), held in memory.
 
 A query scores the centroids, takes the ``probes`` nearest lists, scores their vectors by their int8 codes
-(one block a list, converted and multiplied in cache: about ``probes / lists`` of the index), keeps the
+(``approximate``: one block a list, converted and multiplied in cache, about ``probes / lists`` of the
+index; it reads only memory, so it may run in another thread), then ``pick`` keeps the
 best ``want + max(16, want / 2)`` and rescores those with their exact float vectors read from ``vectors``:
 the distances returned are exact, and a vector deleted since it was loaded is not found there, so it is
 masked and never returned (the selection runs again without it).
@@ -101,11 +102,6 @@ class ListScan:
         self.live = np.ones(len(keep), dtype=bool)
         self.size = self.live_count = self.sorted_upto = len(keep)
         self.starts = np.searchsorted(self.lists, np.arange(len(self.cents) + 1))
-
-    def nearest(self, query: np.ndarray, want: int, probes: int, rescore: Rescore) -> list[tuple[int, float]]:
-        """The ``want`` nearest live vectors of the ``probes`` lists nearest ``query``, as (chunk id, cosine
-        distance), nearest first; the distances are exact (``rescore`` reads the float vectors)."""
-        return self.pick(self.approximate(query, probes), want, rescore)
 
     def approximate(self, query: np.ndarray, probes: int) -> Approximate:
         """The rows of the ``probes`` lists nearest ``query`` (and the rows not yet grouped) with their
