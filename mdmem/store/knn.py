@@ -90,9 +90,9 @@ class VectorReads:
 
         query = np.asarray(query, dtype=np.float32)
         self.knn_calls += 1
-        per_chunk = max(1.0, self.vector_count() / max(1, self.chunk_count()))
-        want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         stored = self.vector_count()
+        per_chunk = max(1.0, stored / max(1, self.chunk_count()))
+        want = min(VEC_K_MAX, int(k * min(per_chunk, 8) + 0.999))  # enough vectors to cover k distinct chunks
         scan = self._list_scan(stored)
         if scan is None:
             return lambda: _best_per_chunk(self._nearest_vectors(query, want, stored), k)
